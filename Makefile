@@ -1,0 +1,36 @@
+# MLPerf BERT harness. Set-up: `make install`, then `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+
+# make preprocess: inputs default to the embedded Wikipedia slice and the vendored vocab.
+DUMP     ?=
+OUT      ?= build/dataset
+NWORKER  ?= 0
+PREPROCESS_ARGS ?=
+# make verify: a directory holding official artifacts (or a preprocess output).
+DIR      ?= $(OUT)
+
+.PHONY: install test test-all preprocess verify clean-build
+
+install:
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install -e '.[test]'
+	$(PY) -m pip check
+
+test:
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+test-all:
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+preprocess:
+	$(PY) -m cleanup_scripts.preprocess --output_dir=$(OUT) --nworker=$(NWORKER) \
+		$(if $(DUMP),--dump=$(DUMP)) $(PREPROCESS_ARGS)
+
+verify:
+	$(PY) -m cleanup_scripts.verify $(DIR)
+
+clean-build:
+	rm -rf build

@@ -1,0 +1,1 @@
+"""The MLPerf BERT benchmark's rules: constants, eval cadence, logging and checks."""

@@ -1,0 +1,83 @@
+"""Stage 3a: drop WikiExtractor's `<doc>` markup and article titles.
+
+Drop-in for the reference `cleanup_file.py`:
+
+    python -m cleanup_scripts.cleanup_file --data='text/*/wiki_??' --output_suffix=.1
+
+Per line of the extracted file (read as UTF-8 with universal newlines, so a lone `\\r` also ends
+a line): a line containing `<doc` is replaced by a blank line and the line after it (the title)
+is dropped; lines containing `</doc>` and lines of length 1 (a bare newline) are dropped; every
+other line is kept as it is.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import time
+from typing import Iterable, Iterator
+
+from cleanup_scripts.fileio import InputError, atomic_output, expand_inputs
+from cleanup_scripts.runner import (StageSummary, exit_on_input_error, map_in_workers, report,
+                                    total_bytes)
+
+
+def strip_doc_markup(lines: Iterable[str]) -> Iterator[str]:
+    """Yield the lines of an extracted file without `<doc>` headers, titles and `</doc>` lines.
+
+    `lines` are newline-terminated text lines; each `<doc ...>` line becomes one "\\n".
+    """
+    skip_title = False
+    for line in lines:
+        if skip_title:
+            skip_title = False
+            continue
+        if "<doc" in line:
+            skip_title = True
+            yield "\n"
+        elif "</doc>" in line or len(line) == 1:
+            continue
+        else:
+            yield line
+
+
+def read_text_lines(path: str) -> list[str]:
+    """Read `path` as UTF-8 text with universal newlines; InputError if it is not UTF-8."""
+    try:
+        with io.open(path, "r", encoding="utf-8") as handle:
+            return handle.readlines()
+    except UnicodeDecodeError as err:
+        raise InputError(f"{path}: not UTF-8 text (byte {err.start}: {err.reason})") from err
+    except OSError as err:
+        raise InputError(f"{path}: cannot read ({err.strerror})") from err
+
+
+def cleanup_one_file(input_path: str, output_path: str) -> int:
+    """Write `output_path`: `input_path` without doc markup and titles. Returns lines written."""
+    kept = list(strip_doc_markup(read_text_lines(input_path)))
+    with atomic_output(output_path) as out:
+        out.writelines(kept)
+    return len(kept)
+
+
+def _process(job: tuple[str, str]) -> int:
+    return cleanup_one_file(*job)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """CLI drop-in for the reference cleanup_file.py (same flags; --nworker 0 = all cores)."""
+    parser = argparse.ArgumentParser(description="Remove <doc> tags and titles of pages.")
+    parser.add_argument("--data", default="./wiki_??", help="Glob of extracted input files.")
+    parser.add_argument("--input_suffix", default="", help="Suffix of the files read.")
+    parser.add_argument("--output_suffix", default=".1", help="Suffix of the files written.")
+    parser.add_argument("--nworker", type=int, default=0, help="Worker processes (0: all cores).")
+    args = parser.parse_args(argv)
+    started = time.time()
+    inputs = expand_inputs(args.data, args.input_suffix)
+    jobs = [(path + args.input_suffix, path + args.output_suffix) for path in inputs]
+    lines = map_in_workers(_process, jobs, args.nworker, desc="cleanup_file")
+    report(StageSummary("cleanup_file", len(jobs), sum(lines),
+                        total_bytes(job[0] for job in jobs), started))
+
+
+if __name__ == "__main__":
+    exit_on_input_error(main)

@@ -1,0 +1,95 @@
+"""Running a stage over many files: worker pools, progress bars, summary lines, CLI errors."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import resource
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence, TypeVar
+
+from absl import logging
+from tqdm import tqdm
+
+from cleanup_scripts.fileio import InputError
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+def worker_count(requested: int) -> int:
+    """Workers to use: `requested` if positive, else every core of this machine."""
+    return requested if requested > 0 else (os.cpu_count() or 1)
+
+
+def map_in_workers(function: Callable[[Item], Result], items: Sequence[Item], nworker: int,
+                   desc: str) -> list[Result]:
+    """Apply `function` to each item in up to `nworker` processes, in order, with a progress bar.
+
+    `function` must be picklable (a module-level function). Returns results in item order.
+    """
+    nworker = min(worker_count(nworker), max(1, len(items)))
+    bar = tqdm(total=len(items), desc=desc, unit="file", disable=None, leave=False)
+    try:
+        if nworker == 1:
+            results = []
+            for item in items:
+                results.append(function(item))
+                bar.update()
+            return results
+        with multiprocessing.get_context("fork").Pool(nworker) as pool:
+            results = []
+            for result in pool.imap(function, items):
+                results.append(result)
+                bar.update()
+            return results
+    finally:
+        bar.close()
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process and its finished children, in MB."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return max(own, children) / 1024.0
+
+
+@dataclass
+class StageSummary:
+    """What a stage did: counts and input bytes, for its one-line summary."""
+
+    stage: str
+    files: int
+    records: int
+    input_bytes: int
+    started: float
+
+    def line(self) -> str:
+        """The summary line: files, records, MB, seconds, MB/s and peak RSS."""
+        seconds = max(time.time() - self.started, 1e-9)
+        megabytes = self.input_bytes / 1e6
+        return (f"{self.stage}: {self.files} files, {self.records} records, "
+                f"{megabytes:.1f} MB in {seconds:.1f} s ({megabytes / seconds:.2f} MB/s), "
+                f"peak RSS {peak_rss_mb():.0f} MB")
+
+
+def report(summary: StageSummary) -> None:
+    """Log a stage's summary line through absl logging and echo it on stderr."""
+    line = summary.line()
+    logging.info(line)
+    print(line, file=sys.stderr, flush=True)
+
+
+def total_bytes(paths: Iterable[str]) -> int:
+    """Sum of the sizes of `paths`, in bytes."""
+    return sum(os.path.getsize(path) for path in paths)
+
+
+def exit_on_input_error(main: Callable[[], None]) -> None:
+    """Run `main`; an InputError becomes a one-line `error:` message and exit status 1."""
+    try:
+        main()
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,1 @@
+"""TF2 BERT pretraining for MLPerf: model, LAMB, input pipeline and run_pretraining."""
