@@ -1,0 +1,124 @@
+"""The benchmark's known artifacts (path, md5, size), read from the manifests in `checksums/`.
+
+The official values live only in those files (plain `md5sum` manifests and `sizes.tsv`); this
+module parses them into a table for the code:
+
+    >>> known_artifacts()["vocab.txt"].md5
+    '64800d5d8528ce344256daf115d4965e'
+
+Paths are relative, `/`-separated, as in the manifests: `bert_config.json`,
+`tf1_ckpt/model.ckpt-28252.index`, `results/eval.txt`, `text/FE/wiki_00`, `tfrecords/eval_10k`.
+"""
+from __future__ import annotations
+
+import functools
+import re
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+from cleanup_scripts.fileio import InputError
+
+CHECKSUMS_DIR = Path(__file__).resolve().parent.parent / "checksums"
+
+# The md5sum manifests of official artifacts; each file's stem names its group.
+OFFICIAL_MANIFESTS = ("inputs.md5", "results.md5", "text-FE.md5")
+SIZES_FILE = "sizes.tsv"
+VENDORED_MANIFEST = "vendored.md5"
+EVAL_ARTICLES_FILE = "eval-articles.md5"
+
+_MD5_LINE = re.compile(r"^([0-9a-fA-F]{32}) [ *](.+)$")
+_MD5 = re.compile(r"^[0-9a-f]{32}$")
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One known artifact: its relative path, official md5 and size (None where unpublished)."""
+
+    path: str
+    md5: str | None
+    size: int | None
+    group: str  # "inputs", "results", "text-FE" (the manifest's stem) or "sizes" (size only)
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except OSError as err:
+        raise InputError(f"{path}: cannot read checksum file ({err.strerror})") from err
+
+
+def parse_md5_manifest(path: str | Path) -> dict[str, str]:
+    """Read an `md5sum` manifest: {relative path: lower-case md5}, in file order.
+
+    Blank lines and `#` comments are skipped; any other malformed line is an InputError.
+    """
+    path = Path(path)
+    table: dict[str, str] = {}
+    for number, line in enumerate(_read_lines(path), start=1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        match = _MD5_LINE.match(line)
+        if not match:
+            raise InputError(f"{path}:{number}: not an md5sum line: {line[:60]!r}")
+        table[match.group(2)] = match.group(1).lower()
+    return table
+
+
+def parse_sizes(path: str | Path) -> dict[str, int]:
+    """Read `sizes.tsv` (a `path<TAB>bytes` header, then one row per file): {path: bytes}."""
+    path = Path(path)
+    lines = _read_lines(path)
+    table: dict[str, int] = {}
+    for number, line in enumerate(lines[1:], start=2):
+        if not line.strip() or line.startswith("#"):
+            continue
+        fields = line.split("\t")
+        if len(fields) != 2 or not fields[1].isdigit():
+            raise InputError(f"{path}:{number}: expected 'path<TAB>bytes': {line[:60]!r}")
+        table[fields[0]] = int(fields[1])
+    return table
+
+
+@functools.lru_cache(maxsize=None)
+def known_artifacts(directory: str | Path = CHECKSUMS_DIR) -> types.MappingProxyType:
+    """Every official artifact with a published md5 or size, keyed by relative path.
+
+    Manifest order is kept (inputs, results, text/FE), then the size-only rows (TFRecords).
+    """
+    directory = Path(directory)
+    sizes = parse_sizes(directory / SIZES_FILE)
+    table: dict[str, Artifact] = {}
+    for manifest in OFFICIAL_MANIFESTS:
+        group = manifest.removesuffix(".md5")
+        for path, md5 in parse_md5_manifest(directory / manifest).items():
+            table[path] = Artifact(path, md5, sizes.get(path), group)
+    for path, size in sizes.items():
+        if path not in table:
+            table[path] = Artifact(path, None, size, "sizes")
+    return types.MappingProxyType(table)
+
+
+def vendored_md5s(directory: str | Path = CHECKSUMS_DIR) -> dict[str, str]:
+    """{path relative to cleanup_scripts/data: md5} of the files vendored in this package."""
+    return parse_md5_manifest(Path(directory) / VENDORED_MANIFEST)
+
+
+@functools.lru_cache(maxsize=None)
+def official_eval_hashes(directory: str | Path = CHECKSUMS_DIR) -> frozenset[str]:
+    """The 10,000 md5s of the official held-out eval articles (the official `eval.md5`)."""
+    return frozenset(read_hash_list(Path(directory) / EVAL_ARTICLES_FILE))
+
+
+def read_hash_list(path: str | Path) -> list[str]:
+    """Read a file of one md5 per line (the format of `eval.md5`); InputError if malformed."""
+    path = Path(path)
+    hashes = []
+    for number, line in enumerate(_read_lines(path), start=1):
+        value = line.strip().lower()
+        if not value:
+            continue
+        if not _MD5.match(value):
+            raise InputError(f"{path}:{number}: not an md5 hash: {line[:60]!r}")
+        hashes.append(value)
+    return hashes

@@ -1,0 +1,183 @@
+"""Check a directory's files against the benchmark's official md5s and sizes.
+
+    python -m cleanup_scripts.verify DIR        (or: make verify DIR=...)
+
+Every known artifact (see `checksums/`) is looked for under DIR, in our layout
+(`DIR/bert_config.json`, `DIR/tf1_ckpt/…`, `DIR/results/…`, `DIR/text/FE/…`,
+`DIR/tfrecords/…`) and in the reference's (`wiki/`, `cleanup_scripts/text/`, `results4/`, …),
+and reported as `ok`, `differs` or `missing`. When an `eval.md5` is present, the number of its
+hashes found in the official list of 10,000 eval articles is reported too. Exit status 0 when
+nothing differs, 1 otherwise.
+
+`md5_file` and `verify_file` are the chunked md5 helpers the other stages use.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from cleanup_scripts import checksums
+from cleanup_scripts.fileio import InputError
+from cleanup_scripts.runner import StageSummary, exit_on_input_error, report
+
+CHUNK_SIZE = 1 << 20
+# A progress bar is shown (on a terminal) for files larger than this.
+_PROGRESS_MIN_BYTES = 256 << 20
+
+# Where each canonical folder of an artifact may sit under DIR: our layout first, then the
+# reference's (download_and_uncompress.sh's `wiki/`, process_wiki.sh run in `cleanup_scripts/`,
+# the processed-results archive's `results4/`, a flat TF1 checkpoint folder `phase1/`).
+_LAYOUTS = {
+    "": ("", "wiki/", "cleanup_scripts/wiki/"),
+    "tf1_ckpt/": ("tf1_ckpt/", "wiki/tf1_ckpt/", "cleanup_scripts/wiki/tf1_ckpt/", "phase1/"),
+    "tf2_ckpt/": ("tf2_ckpt/", "wiki/tf2_ckpt/", "cleanup_scripts/wiki/tf2_ckpt/"),
+    "results/": ("results/", "results4/", "cleanup_scripts/results/"),
+    "text/FE/": ("text/FE/", "cleanup_scripts/text/FE/"),
+    "tfrecords/": ("tfrecords/", "tfrecord/"),
+}
+
+
+def md5_file(path: str | os.PathLike, progress: bool | None = None) -> str:
+    """The md5 hex digest of a file, read in 1 MiB chunks.
+
+    `progress`: True/False forces a byte progress bar on/off; None shows one on a terminal
+    for big files. Raises OSError if the file cannot be read.
+    """
+    digest = hashlib.md5()
+    buffer = bytearray(CHUNK_SIZE)
+    view = memoryview(buffer)
+    size = os.path.getsize(path)
+    show = progress if progress is not None else (size >= _PROGRESS_MIN_BYTES and None)
+    with open(path, "rb") as handle, tqdm(total=size, unit="B", unit_scale=True, leave=False,
+                                           desc=f"md5 {Path(path).name}",
+                                           disable=not show if show is not None else None) as bar:
+        while True:
+            count = handle.readinto(buffer)
+            if not count:
+                break
+            digest.update(view[:count])
+            bar.update(count)
+    return digest.hexdigest()
+
+
+def verify_file(path: str | os.PathLike, expected_md5: str) -> bool:
+    """True when `path` exists and its md5 equals `expected_md5` (case-insensitive)."""
+    try:
+        return md5_file(path) == expected_md5.lower()
+    except OSError:
+        return False
+
+
+def candidate_paths(path: str) -> list[str]:
+    """The relative locations where the official layouts put the artifact `path`."""
+    head, _, name = path.rpartition("/")
+    folder = head + "/" if head else ""
+    return [prefix + name for prefix in _LAYOUTS.get(folder, (folder,))]
+
+
+def locate(root: Path, path: str) -> Path | None:
+    """The first existing file among `path`'s candidate locations under `root`, or None."""
+    for candidate in candidate_paths(path):
+        full = root / candidate
+        if full.is_file():
+            return full
+    return None
+
+
+@dataclass
+class Finding:
+    """The outcome of checking one artifact."""
+
+    artifact: checksums.Artifact
+    status: str  # "ok", "differs" or "missing"
+    found_at: Path | None = None
+    detail: str = ""
+
+
+def check_artifact(root: Path, artifact: checksums.Artifact) -> Finding:
+    """Look for `artifact` under `root` and compare its size, then its md5."""
+    found = locate(root, artifact.path)
+    if found is None:
+        return Finding(artifact, "missing")
+    size = found.stat().st_size
+    if artifact.size is not None and size != artifact.size:
+        return Finding(artifact, "differs", found,
+                       f"{size} bytes, expected {artifact.size}")
+    if artifact.md5 is None:
+        return Finding(artifact, "ok", found, "size only: no official md5")
+    try:
+        actual = md5_file(found)
+    except OSError as err:
+        raise InputError(f"{found}: cannot read ({err.strerror})") from err
+    if actual != artifact.md5:
+        return Finding(artifact, "differs", found, f"md5 {actual}, expected {artifact.md5}")
+    return Finding(artifact, "ok", found)
+
+
+def check_directory(root: str | os.PathLike) -> list[Finding]:
+    """Check every known artifact under `root`; InputError if `root` is not a directory."""
+    root = Path(root)
+    if not root.is_dir():
+        raise InputError(f"{root}: not a directory")
+    return [check_artifact(root, artifact) for artifact in checksums.known_artifacts().values()]
+
+
+def count_official_eval_hashes(eval_md5: str | os.PathLike) -> tuple[int, int]:
+    """(hashes of `eval_md5` in the official eval-article list, hashes in `eval_md5`)."""
+    official = checksums.official_eval_hashes()
+    hashes = checksums.read_hash_list(eval_md5)
+    return sum(value in official for value in hashes), len(hashes)
+
+
+def format_finding(root: Path, finding: Finding) -> str:
+    """One report line: status, artifact path, where it was found if elsewhere, details."""
+    line = f"{finding.status:<8} {finding.artifact.path}"
+    if finding.found_at is not None:
+        relative = finding.found_at.relative_to(root).as_posix()
+        if relative != finding.artifact.path:
+            line += f"  (at {relative})"
+    if finding.detail:
+        line += f"  [{finding.detail}]"
+    return line
+
+
+def main(argv: list[str] | None = None) -> None:
+    """CLI: report every known artifact under DIR; exit 1 when any differs."""
+    parser = argparse.ArgumentParser(
+        description="Check files under DIR against the benchmark's official md5s and sizes.")
+    parser.add_argument("directory", metavar="DIR",
+                        help="A download directory, a preprocess output or a reference tree.")
+    parser.add_argument("--hide_missing", action="store_true",
+                        help="Do not list artifacts that are absent (they are still counted).")
+    args = parser.parse_args(argv)
+    started = time.time()
+    root = Path(args.directory)
+    findings = check_directory(root)
+    for finding in findings:
+        if finding.status != "missing" or not args.hide_missing:
+            print(format_finding(root, finding))
+    eval_md5 = locate(root, "results/eval.md5")
+    if eval_md5 is not None:
+        matched, total = count_official_eval_hashes(eval_md5)
+        official = len(checksums.official_eval_hashes())
+        print(f"{eval_md5.relative_to(root).as_posix()}: {matched} of its {total} hashes are "
+              f"in the official list of {official} eval articles")
+    counts = {status: sum(f.status == status for f in findings)
+              for status in ("ok", "differs", "missing")}
+    print(f"{counts['ok']} ok, {counts['differs']} differ, {counts['missing']} missing")
+    checked = [f.found_at for f in findings if f.found_at is not None]
+    report(StageSummary("verify", len(checked), counts["ok"],
+                        sum(path.stat().st_size for path in checked), started))
+    if counts["differs"]:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    exit_on_input_error(main)
