@@ -54,10 +54,12 @@ def md5_file(path: str | os.PathLike, progress: bool | None = None) -> str:
     buffer = bytearray(CHUNK_SIZE)
     view = memoryview(buffer)
     size = os.path.getsize(path)
-    show = progress if progress is not None else (size >= _PROGRESS_MIN_BYTES and None)
+    if progress is None:  # tqdm's None: shown only on a terminal
+        disable = None if size >= _PROGRESS_MIN_BYTES else True
+    else:
+        disable = not progress
     with open(path, "rb") as handle, tqdm(total=size, unit="B", unit_scale=True, leave=False,
-                                           desc=f"md5 {Path(path).name}",
-                                           disable=not show if show is not None else None) as bar:
+                                           desc=f"md5 {Path(path).name}", disable=disable) as bar:
         while True:
             count = handle.readinto(buffer)
             if not count:
@@ -166,9 +168,8 @@ def main(argv: list[str] | None = None) -> None:
     eval_md5 = locate(root, "results/eval.md5")
     if eval_md5 is not None:
         matched, total = count_official_eval_hashes(eval_md5)
-        official = len(checksums.official_eval_hashes())
         print(f"{eval_md5.relative_to(root).as_posix()}: {matched} of its {total} hashes are "
-              f"in the official list of {official} eval articles")
+              f"official eval-article hashes")
     counts = {status: sum(f.status == status for f in findings)
               for status in ("ok", "differs", "missing")}
     print(f"{counts['ok']} ok, {counts['differs']} differ, {counts['missing']} missing")

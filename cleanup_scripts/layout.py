@@ -1,0 +1,58 @@
+"""Where `make preprocess` puts every file, relative to its output directory."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class DatasetLayout:
+    """The output tree of the pipeline.
+
+    text/XX/wiki_NN        extracted articles (the reference's layout)
+    work/cleaned/...       after cleanup_file + clean.sh      (the reference's .2 files)
+    work/sentences/...     one sentence per line              (.3)
+    work/train/...         training articles only             (.4)
+    results/               part-XXXXX-of-00500, eval.txt, eval.md5
+    tfrecord/              part-XXXXX-of-00500, eval_intermediate, eval_10k
+    manifest.tsv           path, bytes and md5 of every output
+    .state/                one record per finished stage, for resumption
+    """
+
+    root: Path
+
+    @property
+    def download_dir(self) -> Path:
+        return self.root / "download"
+
+    @property
+    def text_dir(self) -> Path:
+        return self.root / "text"
+
+    def work_dir(self, stage: str) -> Path:
+        """Intermediate files of `stage` (cleaned, sentences or train), mirroring text/."""
+        return self.root / "work" / stage
+
+    @property
+    def results_dir(self) -> Path:
+        return self.root / "results"
+
+    @property
+    def tfrecord_dir(self) -> Path:
+        return self.root / "tfrecord"
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / "manifest.tsv"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / ".state"
+
+    def extracted_files(self) -> list[Path]:
+        """The extracted files in the reference's order (sorted `text/*/wiki_??`)."""
+        return sorted(self.text_dir.glob("*/wiki_??"), key=str)
+
+    def mirror(self, extracted: Path, stage: str) -> Path:
+        """The path of `extracted`'s counterpart in the work directory of `stage`."""
+        return self.work_dir(stage) / extracted.relative_to(self.text_dir)

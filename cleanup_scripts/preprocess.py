@@ -1,0 +1,311 @@
+"""`make preprocess`: a Wikipedia dump to the MLPerf BERT dataset, in one resumable command.
+
+    python -m cleanup_scripts.preprocess --output_dir=build/dataset [--dump=PATH_OR_URL]
+
+Stages, in order (each ends with a summary line; see cleanup_scripts.layout for the tree):
+fetch (download and md5-verify the dump when it is a URL or an official file), extract
+(WikiExtractor with time magic words fixed to --date), clean (cleanup_file + clean.sh),
+segment (Punkt as NLTK 3.4.5), separate (eval articles), gather (parts), tfrecords
+(create_pretraining_data per part and for eval.txt), eval_10k (pick_eval_samples) and manifest.
+
+Without --dump it runs on the Wikipedia slice shipped in the repository with small-input
+defaults (20 test articles, 1.5 MiB parts); with --dump the benchmark's values apply. A finished
+stage records its parameters under .state/; a re-run with the same parameters skips it, and a
+stage whose parameters (or an earlier stage's) changed runs again with everything after it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+from absl import app, flags, logging
+
+from benchmark import constants
+from cleanup_scripts import SAMPLE_DUMP, VOCAB_FILE
+from cleanup_scripts import create_pretraining_data as pretraining
+from cleanup_scripts import download, extract, pick_eval_samples, verify
+from cleanup_scripts.clean import clean_bytes
+from cleanup_scripts.cleanup_file import read_text_lines, strip_doc_markup
+from cleanup_scripts.do_gather import GatherSource, gather
+from cleanup_scripts.do_sentence_segmentation import segment_file
+from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir
+from cleanup_scripts.layout import DatasetLayout
+from cleanup_scripts.runner import (StageSummary, map_in_workers, report, total_bytes,
+                                    worker_count)
+from cleanup_scripts.seperate_test_set import separate_files
+
+SAMPLE_NUM_TEST_ARTICLES = 20
+SAMPLE_BLOCK_SIZE_MB = 1.5
+
+
+@dataclass(frozen=True)
+class Options:
+    """Every parameter of the pipeline; all but `nworker` decide its output."""
+
+    dump: str
+    vocab_file: str
+    do_lower_case: bool
+    date: str
+    num_test_articles: int
+    seed: int
+    block_size: float
+    max_seq_length: int
+    max_predictions_per_seq: int
+    masked_lm_prob: float
+    short_seq_prob: float
+    dupe_factor: int
+    random_seed: int
+    num_eval_examples: int
+    nworker: int
+
+
+@dataclass
+class Stage:
+    """A named step; `params` lists the Options fields its output depends on."""
+
+    name: str
+    run: Callable[[DatasetLayout, Options], StageSummary]
+    params: tuple[str, ...]
+
+
+# ---- stage bodies -------------------------------------------------------------------------------
+
+def fetch_dump(layout: DatasetLayout, options: Options) -> Path:
+    """The local dump to extract: downloaded first if `options.dump` is a URL; md5-verified when
+    its name is an official artifact's."""
+    if "://" in options.dump and not options.dump.startswith("file://"):
+        return Path(download.download_url(options.dump, layout.download_dir))
+    path = Path(options.dump.removeprefix("file://"))
+    if not path.is_file():
+        raise InputError(f"{path}: dump file does not exist")
+    download.check_known_md5(path)
+    return path
+
+
+def run_extract(layout: DatasetLayout, options: Options) -> StageSummary:
+    started = time.time()
+    dump = fetch_dump(layout, options)
+    pages = extract.extract_dump(str(dump), str(layout.text_dir), date=options.date,
+                                 processes=worker_count(options.nworker))
+    files = layout.extracted_files()
+    return StageSummary("extract", len(files), pages, os.path.getsize(dump), started)
+
+
+def _clean_one(job: tuple[str, str]) -> int:
+    source, target = job
+    stripped = "".join(strip_doc_markup(read_text_lines(source))).encode("utf-8")
+    cleaned = clean_bytes(stripped)
+    with atomic_output(target, "wb") as out:
+        out.write(cleaned)
+    return cleaned.count(b"\n")
+
+
+def _segment_one(job: tuple[str, str]) -> int:
+    return segment_file(*job)
+
+
+def _mirror_jobs(layout: DatasetLayout, source_stage: str | None, target_stage: str
+                 ) -> list[tuple[str, str]]:
+    jobs = []
+    for extracted in layout.extracted_files():
+        source = extracted if source_stage is None else layout.mirror(extracted, source_stage)
+        target = layout.mirror(extracted, target_stage)
+        ensure_dir(target.parent)
+        jobs.append((str(source), str(target)))
+    return jobs
+
+
+def _per_file_stage(name: str, function: Callable[[tuple[str, str]], int],
+                    source_stage: str | None, target_stage: str
+                    ) -> Callable[[DatasetLayout, Options], StageSummary]:
+    def run(layout: DatasetLayout, options: Options) -> StageSummary:
+        started = time.time()
+        shutil.rmtree(layout.work_dir(target_stage), ignore_errors=True)
+        jobs = _mirror_jobs(layout, source_stage, target_stage)
+        if not jobs:
+            raise InputError(f"{layout.text_dir}: no extracted files (text/*/wiki_??)")
+        records = map_in_workers(function, jobs, options.nworker, desc=name)
+        return StageSummary(name, len(jobs), sum(records), total_bytes(s for s, _ in jobs),
+                            started)
+    return run
+
+
+def run_separate(layout: DatasetLayout, options: Options) -> StageSummary:
+    started = time.time()
+    shutil.rmtree(layout.work_dir("train"), ignore_errors=True)
+    jobs = _mirror_jobs(layout, "sentences", "train")
+    ensure_dir(layout.results_dir)
+    held_out = separate_files(jobs, options.num_test_articles, options.seed,
+                              str(layout.results_dir / "eval"), options.nworker)
+    return StageSummary("separate", len(jobs), held_out, total_bytes(s for s, _ in jobs),
+                        started)
+
+
+def run_gather(layout: DatasetLayout, options: Options) -> StageSummary:
+    started = time.time()
+    for old in layout.results_dir.glob("part-*"):
+        old.unlink()
+    sources = [GatherSource(str(extracted), str(layout.mirror(extracted, "train")))
+               for extracted in layout.extracted_files()]
+    parts = gather(sources, str(layout.results_dir), options.block_size,
+                   constants.GATHER_NUM_OUTPUTS, nworker=1, nprocs=options.nworker)
+    return StageSummary("gather", len(sources), len(parts),
+                        total_bytes(s.text_path for s in sources), started)
+
+
+def _pretraining_job(job: tuple[str, str, Options]) -> int:
+    text_path, record_path, options = job
+    return pretraining.write_pretraining_data(
+        [text_path], [record_path], vocab_file=options.vocab_file,
+        do_lower_case=options.do_lower_case, max_seq_length=options.max_seq_length,
+        max_predictions_per_seq=options.max_predictions_per_seq,
+        random_seed=options.random_seed, dupe_factor=options.dupe_factor,
+        masked_lm_prob=options.masked_lm_prob, short_seq_prob=options.short_seq_prob)
+
+
+def run_tfrecords(layout: DatasetLayout, options: Options) -> StageSummary:
+    started = time.time()
+    ensure_dir(layout.tfrecord_dir)
+    texts = sorted(layout.results_dir.glob("part-*")) + [layout.results_dir / "eval.txt"]
+    jobs = [(str(text), str(layout.tfrecord_dir / (
+        "eval_intermediate" if text.name == "eval.txt" else text.name)), options)
+        for text in texts]
+    records = map_in_workers(_pretraining_job, jobs, options.nworker, desc="tfrecords")
+    return StageSummary("tfrecords", len(jobs), sum(records), total_bytes(map(str, texts)),
+                        started)
+
+
+def run_eval_10k(layout: DatasetLayout, options: Options) -> StageSummary:
+    started = time.time()
+    source = layout.tfrecord_dir / "eval_intermediate"
+    picked = pick_eval_samples.pick_examples(
+        str(source), str(layout.tfrecord_dir / "eval_10k"), options.num_eval_examples,
+        options.max_seq_length, options.max_predictions_per_seq)
+    return StageSummary("eval_10k", 1, picked, os.path.getsize(source), started)
+
+
+def run_manifest(layout: DatasetLayout, options: Options) -> StageSummary:
+    started = time.time()
+    outputs = sorted(p for folder in (layout.text_dir, layout.results_dir, layout.tfrecord_dir)
+                     for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
+    with atomic_output(layout.manifest) as out:
+        out.write("path\tbytes\tmd5\n")
+        for path in outputs:
+            out.write(f"{path.relative_to(layout.root)}\t{path.stat().st_size}\t"
+                      f"{verify.md5_file(path)}\n")
+    return StageSummary("manifest", len(outputs), len(outputs),
+                        total_bytes(map(str, outputs)), started)
+
+
+_PRETRAINING_PARAMS = ("vocab_file", "do_lower_case", "max_seq_length", "max_predictions_per_seq",
+                       "masked_lm_prob", "short_seq_prob", "dupe_factor", "random_seed")
+
+STAGES = (
+    Stage("extract", run_extract, ("dump", "date")),
+    Stage("clean", _per_file_stage("clean", _clean_one, None, "cleaned"), ()),
+    Stage("segment", _per_file_stage("segment", _segment_one, "cleaned", "sentences"), ()),
+    Stage("separate", run_separate, ("num_test_articles", "seed")),
+    Stage("gather", run_gather, ("block_size",)),
+    Stage("tfrecords", run_tfrecords, _PRETRAINING_PARAMS),
+    Stage("eval_10k", run_eval_10k, ("num_eval_examples",)),
+    Stage("manifest", run_manifest, ()),
+)
+
+
+# ---- resumption ---------------------------------------------------------------------------------
+
+def stage_keys(options: Options) -> dict[str, str]:
+    """A key per stage that changes when its parameters or any earlier stage's change."""
+    keys, previous = {}, ""
+    values = asdict(options)
+    for stage in STAGES:
+        payload = json.dumps({"previous": previous, "stage": stage.name,
+                              "params": {name: values[name] for name in stage.params}},
+                             sort_keys=True)
+        previous = keys[stage.name] = hashlib.md5(payload.encode()).hexdigest()
+    return keys
+
+
+def run_pipeline(output_dir: str, options: Options) -> None:
+    """Run every stage not already finished with the same parameters into `output_dir`."""
+    layout = DatasetLayout(ensure_dir(output_dir))
+    ensure_dir(layout.state_dir)
+    keys = stage_keys(options)
+    stale = False
+    for stage in STAGES:
+        marker = layout.state_dir / stage.name
+        if not stale and marker.is_file() and marker.read_text() == keys[stage.name]:
+            logging.info("%s: already done with these parameters, skipped", stage.name)
+            continue
+        stale = True
+        marker.unlink(missing_ok=True)
+        report(stage.run(layout, options))
+        with atomic_output(marker) as out:
+            out.write(keys[stage.name])
+
+
+# ---- command line -------------------------------------------------------------------------------
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("output_dir", "build/dataset", "Directory for every output.")
+flags.DEFINE_string("dump", None, "Wikipedia XML dump (.bz2 or .xml), local path or URL. "
+                    "Default: the slice shipped in the repository.")
+flags.DEFINE_string("vocab_file", str(VOCAB_FILE), "WordPiece vocabulary.")
+flags.DEFINE_bool("do_lower_case", True, "Lower-case the text before WordPiece.")
+flags.DEFINE_string("date", constants.DUMP_DATE, "Date that time magic words expand to.")
+flags.DEFINE_integer("num_test_articles", None, "Articles held out for eval "
+                     f"(default {constants.NUM_TEST_ARTICLES}; {SAMPLE_NUM_TEST_ARTICLES} for "
+                     "the embedded sample).")
+flags.DEFINE_integer("seed", constants.SEPARATION_SEED, "Seed of the eval-article selection.")
+flags.DEFINE_float("block_size", None, "Part size in MiB of extracted text (default "
+                   f"{constants.GATHER_BLOCK_SIZE_MB}; {SAMPLE_BLOCK_SIZE_MB} for the sample).")
+flags.DEFINE_integer("max_seq_length", constants.MAX_SEQ_LENGTH, "Tokens per sequence.")
+flags.DEFINE_integer("max_predictions_per_seq", constants.MAX_PREDICTIONS_PER_SEQ,
+                     "Masked positions per sequence.")
+flags.DEFINE_float("masked_lm_prob", constants.MASKED_LM_PROB, "Fraction of tokens masked.")
+flags.DEFINE_float("short_seq_prob", constants.SHORT_SEQ_PROB, "Chance of a short sequence.")
+flags.DEFINE_integer("dupe_factor", constants.DUPE_FACTOR, "Maskings of each document.")
+flags.DEFINE_integer("random_seed", constants.PRETRAINING_RANDOM_SEED,
+                     "Seed of create_pretraining_data.")
+flags.DEFINE_integer("num_eval_examples", constants.EVAL_SAMPLES, "Records in eval_10k.")
+flags.DEFINE_integer("nworker", 0, "Worker processes (0: all cores).")
+
+
+def options_from_flags() -> Options:
+    """Options from the command line, with the sample's defaults when no dump is given."""
+    sample = FLAGS.dump is None
+    return Options(
+        dump=str(SAMPLE_DUMP) if sample else FLAGS.dump,
+        vocab_file=FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case, date=FLAGS.date,
+        num_test_articles=FLAGS.num_test_articles if FLAGS.num_test_articles is not None else (
+            SAMPLE_NUM_TEST_ARTICLES if sample else constants.NUM_TEST_ARTICLES),
+        seed=FLAGS.seed,
+        block_size=FLAGS.block_size if FLAGS.block_size is not None else (
+            SAMPLE_BLOCK_SIZE_MB if sample else constants.GATHER_BLOCK_SIZE_MB),
+        max_seq_length=FLAGS.max_seq_length,
+        max_predictions_per_seq=FLAGS.max_predictions_per_seq,
+        masked_lm_prob=FLAGS.masked_lm_prob, short_seq_prob=FLAGS.short_seq_prob,
+        dupe_factor=FLAGS.dupe_factor, random_seed=FLAGS.random_seed,
+        num_eval_examples=FLAGS.num_eval_examples, nworker=FLAGS.nworker)
+
+
+def main(argv: list[str]) -> None:
+    """Entry point for `python -m cleanup_scripts.preprocess`."""
+    del argv
+    started = time.time()
+    try:
+        run_pipeline(FLAGS.output_dir, options_from_flags())
+    except InputError as err:
+        raise SystemExit(f"error: {err}")
+    print(f"preprocess: done in {time.time() - started:.1f} s; manifest "
+          f"{os.path.join(FLAGS.output_dir, 'manifest.tsv')}", flush=True)
+
+
+if __name__ == "__main__":
+    app.run(main)
