@@ -35,8 +35,8 @@ import re
 from pathlib import Path
 from typing import Iterator
 
-from nltk.tokenize.punkt import PunktLanguageVars, PunktParameters, PunktSentenceTokenizer
-from nltk.tokenize.punkt import PunktToken
+from nltk.tokenize.punkt import (PunktLanguageVars, PunktParameters, PunktSentenceTokenizer,
+                                 PunktToken)
 
 import cleanup_scripts
 from cleanup_scripts.fileio import InputError

@@ -1,0 +1,60 @@
+"""Check one BERT log: parse it, apply the BERT rules and the official compliance checker.
+
+`check_log(path)` never raises: an unreadable file is a `log/read` problem.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from benchmark.log_view import LogView, build_view
+from benchmark.mllog_parse import LogReadError, ParsedLog, parse_log
+from benchmark.official import DEFAULT_RULESET, ComplianceOutcome, run_compliance
+from benchmark.problems import Problem, count_errors, sort_key
+from benchmark.rules import run_rules
+
+
+@dataclass
+class LogReport:
+    """The verdict on one log.
+
+    path: the log file.
+    view: what the log says about the run (None if the file could not be read).
+    official: the official compliance checker's outcome (None if not run).
+    problems: everything found, sorted by line.
+    """
+    path: str
+    view: LogView | None = None
+    official: ComplianceOutcome | None = None
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def errors(self) -> int:
+        """Number of error-severity problems."""
+        return count_errors(self.problems)
+
+    @property
+    def passed(self) -> bool:
+        """No errors."""
+        return self.errors == 0
+
+
+def check_parsed(parsed: ParsedLog, ruleset: str = DEFAULT_RULESET,
+                 official: bool = True) -> LogReport:
+    """Apply the BERT rules and (if `official`) the official checker to a parsed log."""
+    view = build_view(parsed)
+    problems = list(parsed.problems) + run_rules(view)
+    outcome = None
+    if official:
+        outcome = run_compliance(parsed, ruleset)
+        problems += outcome.problems
+    unique = sorted(set(problems), key=sort_key)
+    return LogReport(parsed.path, view, outcome, unique)
+
+
+def check_log(path: str, ruleset: str = DEFAULT_RULESET, official: bool = True) -> LogReport:
+    """Check the log at `path` (see `check_parsed`); never raises."""
+    try:
+        parsed = parse_log(path)
+    except LogReadError as exc:
+        return LogReport(path, problems=[Problem(path, 0, "log/read", f"cannot read: {exc}")])
+    return check_parsed(parsed, ruleset, official)

@@ -1,0 +1,173 @@
+"""A BERT run as the rules see it: the parsed records plus what they say about the run.
+
+`build_view(parsed)` reads a `ParsedLog` once and exposes the division, the batch size, the
+eval cadence, the evals (samples, accuracy, line) and the first eval at target, so each rule in
+`benchmark.rules` stays a few lines. Nothing here judges; it only reads, and never raises on odd
+values (wrong types come back as None).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from benchmark import constants
+from benchmark import log_keys as k
+from benchmark.mllog_parse import LogRecord, ParsedLog
+
+
+def as_int(value: Any) -> int | None:
+    """`value` as an int if it is a JSON integer or an integral finite float; else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value == int(value):
+        return int(value)
+    return None
+
+
+def as_number(value: Any) -> float | None:
+    """`value` as a float if it is a JSON number (possibly NaN or infinite); else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:  # an int too large for a float
+        return math.inf if value > 0 else -math.inf
+
+
+def as_finite(value: Any) -> float | None:
+    """`value` as a float if it is a finite JSON number; else None."""
+    number = as_number(value)
+    return number if number is not None and math.isfinite(number) else None
+
+
+def is_valid_accuracy(value: float) -> bool:
+    """An accuracy the official checker can accept: 0 <= value < 1 (it rejects 1.0 and above)."""
+    return 0.0 <= value < 1.0
+
+
+@dataclass(frozen=True)
+class Eval:
+    """One `eval_accuracy` record.
+
+    samples: samples trained at the eval (its metadata `epoch_num`), None if not an integer.
+    accuracy: masked-LM accuracy, None if not a finite number.
+    """
+    record: LogRecord
+    samples: int | None
+    accuracy: float | None
+
+    @property
+    def line(self) -> int:
+        """The eval_accuracy line."""
+        return self.record.line
+
+
+@dataclass
+class LogView:
+    """What a parsed log says about the run (see module docstring)."""
+    parsed: ParsedLog
+    by_key: dict[str, list[LogRecord]] = field(default_factory=dict)
+    division: str = "closed"
+    division_logged: bool = False
+    batch_size: int | None = None
+    eval_frequency: int | None = None
+    evals: list[Eval] = field(default_factory=list)
+    first_at_target: Eval | None = None
+
+    @property
+    def path(self) -> str:
+        """The log file."""
+        return self.parsed.path
+
+    @property
+    def records(self) -> list[LogRecord]:
+        """Well-formed records in file order."""
+        return self.parsed.records
+
+    def all(self, key: str) -> list[LogRecord]:
+        """Every record with `key`, in file order."""
+        return self.by_key.get(key, [])
+
+    def first(self, key: str) -> LogRecord | None:
+        """The first record with `key`, or None."""
+        found = self.by_key.get(key)
+        return found[0] if found else None
+
+    def value(self, key: str, default: Any = None) -> Any:
+        """The value of the first record with `key`, or `default`."""
+        record = self.first(key)
+        return default if record is None else record.value
+
+    @property
+    def run_start(self) -> LogRecord | None:
+        """The first run_start record."""
+        return self.first(k.RUN_START)
+
+    @property
+    def run_stop(self) -> LogRecord | None:
+        """The first run_stop record."""
+        return self.first(k.RUN_STOP)
+
+    @property
+    def status(self) -> str | None:
+        """run_stop's metadata status, if it is a string."""
+        stop = self.run_stop
+        status = stop.metadata.get(k.STATUS) if stop else None
+        return status if isinstance(status, str) else None
+
+    @property
+    def minutes(self) -> float | None:
+        """Minutes from run_start to run_stop, None if either is missing or not finite."""
+        start, stop = self.run_start, self.run_stop
+        if start is None or stop is None:
+            return None
+        minutes = (stop.time_ms - start.time_ms) / 60_000.0
+        return minutes if math.isfinite(minutes) else None
+
+    @property
+    def converged(self) -> bool:
+        """run_stop says success and an eval reached the target before it."""
+        stop, hit = self.run_stop, self.first_at_target
+        return (self.status == k.SUCCESS and hit is not None and stop is not None
+                and hit.line < stop.line)
+
+    @property
+    def samples_to_converge(self) -> int | None:
+        """Samples trained at the first eval at target, None if the run did not get there."""
+        return self.first_at_target.samples if self.first_at_target else None
+
+    @property
+    def final_accuracy(self) -> float | None:
+        """Accuracy of the last eval (None if there is none or it is not a number)."""
+        return self.evals[-1].accuracy if self.evals else None
+
+
+def build_view(parsed: ParsedLog) -> LogView:
+    """Read `parsed` into a LogView (never raises)."""
+    view = LogView(parsed=parsed)
+    for record in parsed.records:
+        view.by_key.setdefault(record.key, []).append(record)
+
+    division = view.value(k.SUBMISSION_DIVISION)
+    view.division_logged = division in k.DIVISIONS
+    view.division = division if view.division_logged else "closed"
+
+    batch = as_int(view.value(k.GLOBAL_BATCH_SIZE))
+    if batch is not None and batch > 0:
+        view.batch_size = batch
+        view.eval_frequency = constants.eval_frequency(batch)
+
+    for record in view.all(k.EVAL_ACCURACY):
+        samples = as_int(record.metadata.get(k.EPOCH_NUM))
+        accuracy = as_finite(record.value)
+        view.evals.append(Eval(record, samples if samples is None or samples >= 0 else None,
+                               accuracy))
+    for ev in view.evals:
+        if ev.accuracy is not None and is_valid_accuracy(ev.accuracy) \
+                and ev.accuracy >= constants.TARGET_MLM_ACCURACY:
+            view.first_at_target = ev
+            break
+    return view

@@ -1,0 +1,364 @@
+"""The official `mlperf_logging` checkers, run in-process, their verdicts turned into Problems.
+
+- `run_compliance`: the compliance checker (YAML rulesets, `training_<ruleset>/common.yaml`,
+  which picks the closed or open rules from the log's `submission_division`).
+- `run_rcp`: the reference-convergence-point check of a folder of `result_*.txt`.
+- `run_package_checker`: the package checker on a copy of a submission tree (it writes
+  `scaling.json` into result folders, so it never runs on the user's own tree).
+- `system_description_problems`: the system-description checker for one `systems/*.json`.
+
+These tools report through `logging` and `print` and some inputs make them raise; every call
+here captures their output and turns a crash into an error line, so their verdict is kept
+(a crash is a failure) without a traceback reaching the user.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import re
+import shutil
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from benchmark.mllog_parse import ParsedLog
+from benchmark.problems import ERROR, WARNING, Problem
+
+USAGE = "training"
+DEFAULT_RULESET = "1.0.0"
+
+
+class _Collect(logging.Handler):
+    """A logging handler that keeps every record."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@contextlib.contextmanager
+def _captured() -> Iterator[_Collect]:
+    """Capture root-logger records, stdout, stderr and Python warnings for the block."""
+    root = logging.getLogger()
+    handler = _Collect()
+    saved_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield handler
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(saved_level)
+
+
+def _message(record: logging.LogRecord) -> str:
+    try:
+        return record.getMessage()
+    except Exception:  # noqa: BLE001 - a malformed log call inside the tool
+        return str(record.msg)
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def available_rulesets() -> list[str]:
+    """Training rulesets of the installed mlperf_logging whose records are `:::MLLOG` JSON."""
+    from mlperf_logging.compliance_checker import mlp_compliance
+    base = Path(mlp_compliance.__file__).parent
+    found = [d.name.split("_", 1)[1] for d in base.glob(f"{USAGE}_*.*.*")
+             if (d / "common.yaml").is_file()]
+    versions = [v for v in found if re.fullmatch(r"\d+\.\d+\.\d+", v) and v != "0.6.0"]
+    return sorted(versions, key=lambda v: tuple(int(x) for x in v.split(".")))
+
+
+# --------------------------------------------------------------------------------------------
+# Compliance checker
+
+@dataclass
+class ComplianceOutcome:
+    """The official compliance checker's verdict on one log.
+
+    passed: True if it found nothing (warnings allowed) and did not crash.
+    crashed: it raised instead of giving a verdict (counts as a failure).
+    problems: its messages as Problems (rule "official/<key>"), errors and warnings.
+    """
+    passed: bool
+    crashed: bool = False
+    problems: list[Problem] = field(default_factory=list)
+
+
+_FAILED_IN_LINE = re.compile(r"CHECK for '(?P<key>[^']*)' failed in line (?P<n>\d+):")
+_FAILED_TEST = re.compile(r"^failed test: (?P<test>.*)$", re.M)
+_TRIGGERED = re.compile(r"triggered by line ?:\n(?P<line>.*)$", re.M)
+_REQUIRED = re.compile(r"Required (?P<req>\S+) occurrence of '(?P<key>[^']*)' but found "
+                       r"(?P<n>\d+)")
+_REQUIRED_ALT = re.compile(r"Required AT_LEAST_ONE occurrence of (?P<keys>'.*')")
+_AT_LEAST_ONE_CHECK = re.compile(r"Failed checks for (?P<key>\S+) : (?P<test>.*)")
+
+
+class _Locator:
+    """Finds the file line of an official message (its lines count only `:::MLLOG` lines)."""
+
+    def __init__(self, parsed: ParsedLog) -> None:
+        self.parsed = parsed
+        self.by_text: dict[str, int] = {}
+        self.by_key: dict[str, list[int]] = {}
+        for record in parsed.records:
+            self.by_text.setdefault(record.text, record.line)
+            self.by_key.setdefault(record.key, []).append(record.line)
+
+    def index(self, n: int) -> int:
+        lines = self.parsed.mllog_lines
+        return lines[n] if 0 <= n < len(lines) else 0
+
+    def text(self, full_string: str) -> int:
+        return self.by_text.get(full_string.strip(), 0)
+
+    def nth_of_key(self, key: str, n: int) -> int:
+        lines = self.by_key.get(key, [])
+        return lines[n] if 0 <= n < len(lines) else 0
+
+
+def _compliance_problem(path: str, text: str, locate: _Locator, severity: str,
+                        key_hint: str | None) -> Problem:
+    """Turn one (multi-line) compliance-checker message into a Problem."""
+    match = _FAILED_IN_LINE.search(text)
+    if match:
+        test = _FAILED_TEST.search(text)
+        detail = test.group("test").strip() if test else "check failed"
+        return Problem(path, locate.index(int(match.group("n"))), f"official/{match['key']}",
+                       f"check failed: {detail}", severity)
+    if text.startswith("Failed executing"):
+        trigger = _TRIGGERED.search(text)
+        line = locate.text(trigger.group("line")) if trigger else 0
+        head, _, rest = text.partition("\n")
+        if head.startswith("Failed executing CHECK code"):
+            what = f"check could not run: {_one_line(rest.partition(chr(10))[0], 120)}"
+        else:
+            what = f"the ruleset's {head.split()[3] if len(head.split()) > 3 else ''} code failed"
+        return Problem(path, line, f"official/{key_hint or 'compliance'}",
+                       f"{what} (a missing field or a value of the wrong type?)", severity)
+    match = _REQUIRED.search(text)
+    if match:
+        n = int(match.group("n"))
+        line = locate.nth_of_key(match["key"], 1 if n > 1 else 0) if n else 0
+        return Problem(path, line, f"official/{match['key']}", _one_line(text), severity)
+    match = _REQUIRED_ALT.search(text)
+    if match:
+        keys = re.findall(r"'([^']*)'", match.group("keys"))
+        return Problem(path, 0, f"official/{keys[0] if keys else 'compliance'}",
+                       _one_line(text), severity)
+    match = _AT_LEAST_ONE_CHECK.search(text)
+    if match:
+        return Problem(path, 0, f"official/{match['key']}",
+                       f"no {match['key']} record satisfies: {match['test'].strip()}", severity)
+    if text.startswith("failed test:"):
+        return Problem(path, 0, f"official/{key_hint or 'end'}",
+                       f"end-of-log check failed: {_one_line(text.split(chr(10))[0][12:])}",
+                       severity)
+    return Problem(path, 0, f"official/{key_hint or 'compliance'}", _one_line(text), severity)
+
+
+def run_compliance(parsed: ParsedLog, ruleset: str = DEFAULT_RULESET) -> ComplianceOutcome:
+    """Run the official compliance checker on the log file behind `parsed`.
+
+    parsed: the same file read by `benchmark.mllog_parse` (used to map line numbers).
+    ruleset: e.g. "1.0.0"; the checker starts at `training_<ruleset>/common.yaml`.
+    """
+    path = parsed.path
+    try:
+        from mlperf_logging.compliance_checker import mlp_compliance, mlp_parser
+    except Exception as exc:  # noqa: BLE001
+        return ComplianceOutcome(False, True, [Problem(
+            path, 0, "official/unavailable",
+            f"cannot import mlperf_logging's compliance checker: {_one_line(exc)}")])
+    locate = _Locator(parsed)
+    checker = mlp_compliance.make_checker(USAGE, ruleset, quiet=False, werror=False)
+    problems: list[Problem] = []
+    mlp_compliance.enqueued_configs.clear()
+    with _captured():
+        try:
+            _, parse_errors = mlp_parser.parse_file(path, ruleset=ruleset)
+            valid = checker.check_file(path, f"{USAGE}_{ruleset}/common.yaml")
+            crashed = None
+        except Exception as exc:  # noqa: BLE001 - the official parser raises on some lines
+            valid, crashed, parse_errors = False, exc, []
+        finally:
+            mlp_compliance.enqueued_configs.clear()
+    if crashed is not None:
+        problems.append(Problem(
+            path, 0, "official/crash",
+            f"the official compliance checker stopped with {type(crashed).__name__}: "
+            f"{_one_line(crashed, 100)}; it cannot accept this log"))
+        return ComplianceOutcome(False, True, problems)
+    if parse_errors:
+        problems.append(Problem(path, 0, "official/parse",
+                                f"{len(parse_errors)} line(s) could not be parsed "
+                                "('Log lines had parsing errors.')"))
+    for key, text in checker.warnings.items():
+        problems.append(_compliance_problem(path, text, locate, WARNING, key))
+    for key, text in checker.overwritable.items():
+        problems.append(_compliance_problem(path, text, locate, ERROR, key))
+    for text in checker.not_overwritable:
+        if text == "Log lines had parsing errors.":
+            continue  # reported above with a count
+        problems.append(_compliance_problem(path, text, locate, ERROR, None))
+    if not valid and not any(p.severity == ERROR for p in problems):
+        problems.append(Problem(path, 0, "official/compliance", "the compliance checker failed"))
+    return ComplianceOutcome(bool(valid), False, problems)
+
+
+# --------------------------------------------------------------------------------------------
+# RCP checker
+
+@dataclass
+class RcpOutcome:
+    """The RCP checker's verdict on a folder of result files.
+
+    ran: False when it was skipped (see message).
+    passed: its verdict (None when skipped).
+    message: its own words ("RCP found", "RCP Interpolation", ...), or why it was skipped.
+    norm_factor: the factor it would scale the score by (1.0: none).
+    """
+    ran: bool
+    passed: bool | None
+    message: str
+    norm_factor: float = 1.0
+
+
+def rcp_batch_sizes(ruleset: str = DEFAULT_RULESET) -> list[int]:
+    """Batch sizes with a BERT reference convergence point in `ruleset` (empty if none)."""
+    try:
+        from mlperf_logging.rcp_checker import rcp_checker
+        with _captured():
+            checker = rcp_checker.RCP_Checker(USAGE, ruleset, "bert", verbose=False)
+        return sorted(int(r["BS"]) for r in checker.rcp_data.values())
+    except Exception:  # noqa: BLE001 - no RCPs for this ruleset
+        return []
+
+
+def run_rcp(folder: str, batch_size: int | None, ruleset: str = DEFAULT_RULESET) -> RcpOutcome:
+    """Run the RCP check on `folder` (holding result_*.txt) if `batch_size` has RCPs.
+
+    The batch size has RCPs when the ruleset has a record for it or it lies between two
+    records (the checker interpolates). Nothing is written into `folder`.
+    """
+    sizes = rcp_batch_sizes(ruleset)
+    if not sizes:
+        return RcpOutcome(False, None, f"ruleset {ruleset} has no BERT RCPs")
+    if batch_size is None:
+        return RcpOutcome(False, None, "no usable global_batch_size in the logs")
+    if batch_size not in sizes and not sizes[0] < batch_size < sizes[-1]:
+        listed = ", ".join(str(s) for s in sizes)
+        return RcpOutcome(False, None, f"no RCP for global_batch_size {batch_size} "
+                                       f"(RCPs: {listed})")
+    try:
+        from mlperf_logging.rcp_checker import rcp_checker
+        with _captured():
+            passed, message, norm = rcp_checker.check_directory(
+                folder, USAGE, ruleset, False, False, rcp_pass="pruned_rcps",
+                rcp_bypass=False, set_scaling=False)
+    except Exception as exc:  # noqa: BLE001 - it reads the logs with bare json.loads
+        return RcpOutcome(True, False, f"the RCP checker stopped with {type(exc).__name__}: "
+                                       f"{_one_line(exc, 100)}")
+    return RcpOutcome(True, bool(passed), str(message), float(norm))
+
+
+# --------------------------------------------------------------------------------------------
+# System description and package checkers
+
+def system_description_problems(json_path: str, ruleset: str = DEFAULT_RULESET) -> list[Problem]:
+    """The system-description checker's complaints about one systems/<system>.json.
+
+    The file must already be known to hold a JSON object.
+    """
+    try:
+        from mlperf_logging.system_desc_checker import system_desc_checker
+        with _captured() as log:
+            valid, *_ = system_desc_checker.check_system_desc(json_path, USAGE, ruleset)
+    except Exception as exc:  # noqa: BLE001
+        return [Problem(json_path, 0, "official/system-desc",
+                        f"the system description checker stopped with {type(exc).__name__}: "
+                        f"{_one_line(exc, 100)}")]
+    if valid:
+        return []
+    problems = []
+    for record in log.records:
+        if record.levelno >= logging.ERROR and isinstance(record.args, tuple) \
+                and len(record.args) == 2 and isinstance(record.args[1], list):
+            problems.extend(Problem(json_path, 0, "official/system-desc", _one_line(reason))
+                            for reason in record.args[1])
+    return problems or [Problem(json_path, 0, "official/system-desc",
+                                "the system description checker failed")]
+
+
+@dataclass
+class PackageOutcome:
+    """The package checker's verdict on a submission tree.
+
+    passed: it reported no errors and did not crash.
+    problems: its error messages (rule "package/checker").
+    """
+    passed: bool
+    problems: list[Problem] = field(default_factory=list)
+
+
+def run_package_checker(org_dir: str, ruleset: str = DEFAULT_RULESET) -> PackageOutcome:
+    """Run the package checker on a copy of `org_dir`'s results/ and systems/."""
+    shown = org_dir.rstrip("/")
+    with tempfile.TemporaryDirectory(prefix="bert-check-") as tmp:
+        copy = Path(tmp) / Path(shown).name
+        try:
+            copy.mkdir()
+            for part in ("results", "systems"):
+                if (Path(org_dir) / part).is_dir():
+                    shutil.copytree(Path(org_dir) / part, copy / part, symlinks=True)
+        except OSError as exc:
+            return PackageOutcome(False, [Problem(shown, 0, "package/checker",
+                                                  f"cannot copy the tree: {_one_line(exc)}")])
+        try:
+            from mlperf_logging.compliance_checker import mlp_compliance
+            from mlperf_logging.package_checker import package_checker
+        except Exception as exc:  # noqa: BLE001
+            return PackageOutcome(False, [Problem(
+                shown, 0, "package/checker",
+                f"cannot import mlperf_logging's package checker: {_one_line(exc)}")])
+        mlp_compliance.enqueued_configs.clear()
+        try:
+            with _captured() as log:
+                package_checker.check_training_package(
+                    str(copy), USAGE, ruleset, True, False, False, False, False,
+                    str(Path(tmp) / "package_checker.log"))
+            crashed = None
+        except Exception as exc:  # noqa: BLE001 - it raises on missing or invalid files
+            crashed = exc
+        finally:
+            mlp_compliance.enqueued_configs.clear()
+        if crashed is not None:
+            text = _one_line(str(crashed).replace(str(copy), shown), 140)
+            return PackageOutcome(False, [Problem(
+                shown, 0, "package/checker",
+                f"the package checker stopped with {type(crashed).__name__}: {text}")])
+        problems = []
+        success = False
+        for record in log.records:
+            text = _message(record).replace(str(copy), shown)
+            if "FOUND NO ERRORS" in text:
+                success = True
+            if record.levelno >= logging.ERROR:
+                problems.append(Problem(shown, 0, "package/checker", _one_line(text)))
+        passed = success and not problems
+        if not passed and not problems:
+            problems.append(Problem(shown, 0, "package/checker", "the package checker failed"))
+        return PackageOutcome(passed, problems)

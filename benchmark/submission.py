@@ -1,0 +1,237 @@
+"""Check a BERT result folder (10 runs) and a whole submission tree.
+
+A submission tree is `<org>/results/<system>/bert/result_0.txt ... result_9.txt` plus
+`<org>/systems/<system>.json`. `check_result_folder` checks one folder of runs (each log,
+the set of 10, cross-run consistency, the RCP check); `check_submission` checks the tree
+around it (layout, system descriptions) and adds the official package checker's verdict.
+Neither raises on any input.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from benchmark import log_keys as k
+from benchmark.log_check import LogReport, check_log
+from benchmark.official import (DEFAULT_RULESET, PackageOutcome, RcpOutcome, run_package_checker,
+                                run_rcp, system_description_problems)
+from benchmark.problems import ERROR, WARNING, Problem, count_errors
+
+RUNS_PER_RESULT = 10  # BERT: result_0.txt ... result_9.txt (mlperf_logging's benchmark_meta)
+RESULT_NAME = re.compile(r"result_(\d+)\.txt")
+TOOL_FILES = {"package_checker_params", "scaling.json"}  # files the official tools read/write
+OLYMPIC_NOTE = ("accepted under olympic scoring: one run of ten may fail; this run is scored "
+                "as not converged")
+
+
+@dataclass
+class ResultFolder:
+    """The verdict on one folder of runs.
+
+    folder: the folder as given.
+    logs: each result file's report, in run order.
+    scored: per log, whether its time counts in the score (False: failed, counted as infinite).
+    division: the division the runs log ("closed" when unknown).
+    rcp: the RCP check's outcome (None when not run: open division).
+    problems: folder-level problems (missing files, consistency, RCP).
+    """
+    folder: str
+    logs: list[LogReport] = field(default_factory=list)
+    scored: list[bool] = field(default_factory=list)
+    division: str = "closed"
+    rcp: RcpOutcome | None = None
+    problems: list[Problem] = field(default_factory=list)
+
+    def all_problems(self) -> list[Problem]:
+        """Folder problems followed by every log's problems."""
+        return self.problems + [p for log in self.logs for p in log.problems]
+
+
+@dataclass
+class SubmissionReport:
+    """The verdict on a submission tree: its own problems, its result folders, the package
+    checker's outcome (None when the official checkers are off)."""
+    org_dir: str
+    problems: list[Problem] = field(default_factory=list)
+    folders: list[ResultFolder] = field(default_factory=list)
+    package: PackageOutcome | None = None
+
+    def all_problems(self) -> list[Problem]:
+        """Tree problems, package problems, then each folder's problems."""
+        package = self.package.problems if self.package else []
+        return self.problems + package + [p for f in self.folders for p in f.all_problems()]
+
+
+def _join(folder: str, name: str) -> str:
+    return str(Path(folder) / name)
+
+
+def _first_values(logs: list[LogReport], key: str) -> dict[str, list[str]]:
+    """{repr of the first value of `key`: [log paths]} over logs that log it."""
+    values: dict[str, list[str]] = {}
+    for log in logs:
+        if log.view is not None and log.view.first(key) is not None:
+            values.setdefault(repr(log.view.value(key)), []).append(log.path)
+    return values
+
+
+def _consistency(folder: str, logs: list[LogReport]) -> list[Problem]:
+    """The runs of one result must agree on batch size, division, org and benchmark; seeds
+    must differ."""
+    problems = []
+    for key in (k.GLOBAL_BATCH_SIZE, k.SUBMISSION_DIVISION, k.SUBMISSION_ORG,
+                k.SUBMISSION_BENCHMARK, k.SUBMISSION_PLATFORM):
+        values = _first_values(logs, key)
+        if len(values) > 1:
+            shown = "; ".join(f"{v} in {len(paths)} run(s)" for v, paths in values.items())
+            problems.append(Problem(folder, 0, "submission/consistency",
+                                    f"the runs disagree on {key}: {shown}"))
+    for value, paths in _first_values(logs, k.SEED).items():
+        if len(paths) > 1:
+            names = ", ".join(Path(p).name for p in paths)
+            problems.append(Problem(folder, 0, "submission/seeds",
+                                    f"seed {value} is used by {len(paths)} runs ({names}); "
+                                    "each run needs its own seed"))
+    return problems
+
+
+def _result_files(folder: str) -> tuple[list[str], list[Problem]]:
+    """The result files of `folder` in run order, and problems with the set of files."""
+    problems: list[Problem] = []
+    try:
+        entries = sorted(Path(folder).iterdir())
+    except OSError as exc:
+        return [], [Problem(folder, 0, "submission/result-files",
+                            f"cannot list the folder: {exc.strerror or exc}")]
+    runs: dict[int, str] = {}
+    for entry in entries:
+        match = RESULT_NAME.fullmatch(entry.name)
+        if match and int(match.group(1)) < RUNS_PER_RESULT and entry.is_file():
+            runs[int(match.group(1))] = str(entry)
+        elif entry.name.startswith("result_"):
+            problems.append(Problem(str(entry), 0, "submission/result-files",
+                                    f"unexpected result file: a BERT result is exactly "
+                                    f"result_0.txt ... result_{RUNS_PER_RESULT - 1}.txt"))
+        elif entry.name not in TOOL_FILES:
+            problems.append(Problem(str(entry), 0, "submission/result-files",
+                                    "unknown file in a result folder", WARNING))
+    for n in range(RUNS_PER_RESULT):
+        if n not in runs:
+            problems.append(Problem(_join(folder, f"result_{n}.txt"), 0,
+                                    "submission/result-files",
+                                    f"missing: a BERT result is {RUNS_PER_RESULT} runs, "
+                                    f"result_0.txt ... result_{RUNS_PER_RESULT - 1}.txt"))
+    return [runs[n] for n in sorted(runs)], problems
+
+
+def check_result_folder(folder: str, ruleset: str = DEFAULT_RULESET,
+                        official: bool = True) -> ResultFolder:
+    """Check a folder of BERT runs (`result_0.txt` ... `result_9.txt`).
+
+    Each log gets the BERT rules and the compliance checker; the set gets the file-count,
+    consistency and (closed division, a batch size with RCPs) RCP checks. As in the
+    official package checker, one failing run of ten is accepted (its problems become
+    warnings) and scored as not converged.
+    """
+    result = ResultFolder(folder)
+    paths, result.problems = _result_files(folder)
+    result.logs = [check_log(p, ruleset, official) for p in paths]
+    result.scored = [log.passed for log in result.logs]
+    result.problems += _consistency(folder, result.logs)
+
+    failing = [i for i, log in enumerate(result.logs) if not log.passed]
+    if len(result.logs) == RUNS_PER_RESULT and len(failing) == 1:
+        log = result.logs[failing[0]]
+        log.problems = [p.downgraded(OLYMPIC_NOTE) if p.severity == ERROR else p
+                        for p in log.problems]
+
+    divisions = [log.view.division for log in result.logs
+                 if log.view is not None and log.view.division_logged]
+    result.division = divisions[0] if divisions else "closed"
+    if official and result.division == "closed" and result.logs:
+        batches = [log.view.batch_size for log in result.logs
+                   if log.view is not None and log.view.batch_size is not None]
+        result.rcp = run_rcp(folder, batches[0] if batches else None, ruleset)
+        if result.rcp.ran and not result.rcp.passed:
+            result.problems.append(Problem(folder, 0, "rcp/convergence",
+                                           f"RCP check failed: {result.rcp.message}"))
+        elif not result.rcp.ran:
+            result.problems.append(Problem(folder, 0, "rcp/convergence",
+                                           f"RCP check skipped: {result.rcp.message}", WARNING))
+    return result
+
+
+def _system_json(org: Path, system: str, ruleset: str, official: bool,
+                 divisions: set[str]) -> list[Problem]:
+    """Problems with systems/<system>.json: missing, not JSON, fields, division."""
+    path = org / "systems" / f"{system}.json"
+    shown = str(path)
+    if not path.is_file():
+        return [Problem(shown, 0, "submission/system-json",
+                        f"missing: every results/{system} needs systems/{system}.json")]
+    try:
+        contents = json.loads(path.read_bytes().decode("utf-8"))
+    except json.JSONDecodeError as exc:
+        return [Problem(shown, exc.lineno, "submission/system-json",
+                        f"not valid JSON: {exc.msg} (column {exc.colno})")]
+    except (UnicodeDecodeError, OSError) as exc:
+        return [Problem(shown, 0, "submission/system-json", f"cannot read: {exc}")]
+    if not isinstance(contents, dict):
+        return [Problem(shown, 1, "submission/system-json",
+                        f"holds a JSON {type(contents).__name__}, not an object")]
+    problems = []
+    division = contents.get("division")
+    if division not in k.DIVISIONS:
+        problems.append(Problem(shown, 0, "submission/system-json",
+                                f"division is {division!r}; it must be 'closed' or 'open'"))
+    elif divisions and division not in divisions:
+        problems.append(Problem(shown, 0, "submission/division",
+                                f"division is {division!r} but the runs log "
+                                f"{' and '.join(sorted(divisions))}"))
+    if official:
+        problems += system_description_problems(shown, ruleset)
+    return problems
+
+
+def check_submission(org_dir: str, ruleset: str = DEFAULT_RULESET,
+                     official: bool = True) -> SubmissionReport:
+    """Check the submission tree at `org_dir` (`<org>/results/...`, `<org>/systems/...`)."""
+    report = SubmissionReport(org_dir)
+    org = Path(org_dir)
+    results = org / "results"
+    if not org.is_dir():
+        report.problems.append(Problem(org_dir, 0, "submission/layout", "not a folder"))
+        return report
+    if not results.is_dir():
+        report.problems.append(Problem(str(results), 0, "submission/layout",
+                                       "missing: a submission holds results/<system>/bert/"))
+        return report
+    if not (org / "systems").is_dir():
+        report.problems.append(Problem(str(org / "systems"), 0, "submission/layout",
+                                       "missing: a submission holds systems/<system>.json"))
+    systems = sorted(p for p in results.iterdir() if p.is_dir())
+    for system in systems:
+        divisions: set[str] = set()
+        for bench in sorted(p for p in system.iterdir() if p.is_dir()):
+            if bench.name != k.BENCHMARK_NAME:
+                report.problems.append(Problem(str(bench), 0, "submission/layout",
+                                               "not a BERT result; not checked", WARNING))
+                continue
+            folder = check_result_folder(str(bench), ruleset, official)
+            report.folders.append(folder)
+            divisions |= {log.view.division for log in folder.logs
+                          if log.view is not None and log.view.division_logged}
+        report.problems += _system_json(org, system.name, ruleset, official, divisions)
+    if not report.folders:
+        report.problems.append(Problem(str(results), 0, "submission/layout",
+                                       "no results/<system>/bert folder"))
+    if official:
+        report.package = run_package_checker(org_dir, ruleset)
+    return report
+
+
+def count_submission_errors(report: SubmissionReport) -> int:
+    """Errors anywhere in the submission report."""
+    return count_errors(report.all_problems())

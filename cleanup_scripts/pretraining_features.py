@@ -1,0 +1,359 @@
+"""The pretraining TFRecords: their feature spec, and reading and writing them without TensorFlow.
+
+Each record is a serialized `tf.train.Example` with seven fixed-length features:
+
+    input_ids, input_mask, segment_ids       int64   [max_seq_length]
+    masked_lm_positions, masked_lm_ids       int64   [max_predictions_per_seq]
+    masked_lm_weights                        float32 [max_predictions_per_seq]
+    next_sentence_labels                     int64   [1]
+
+`feature_spec` is the one description of that layout; `tf_feature_spec` turns it into the
+`tf.io.FixedLenFeature` dict a TensorFlow input pipeline parses with. The writers and readers
+here encode and decode the same protos (features in the order above, packed values) and the
+TFRecord framing (length, masked CRC-32C of the length, data, masked CRC-32C of the data), so the
+data tools need neither TensorFlow nor its start-up time.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import BinaryIO, Iterator, Mapping, Sequence
+
+import google_crc32c
+import numpy as np
+
+from cleanup_scripts.fileio import InputError
+
+FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions",
+                 "masked_lm_ids", "masked_lm_weights", "next_sentence_labels")
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """One fixed-length feature: its dtype ("int64" or "float32") and shape."""
+
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def length(self) -> int:
+        """Number of values in one record."""
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+def feature_spec(max_seq_length: int, max_predictions_per_seq: int) -> "OrderedDict[str, FeatureSpec]":
+    """The features of a pretraining record, in the order they are written."""
+    seq, pred = (max_seq_length,), (max_predictions_per_seq,)
+    return OrderedDict([
+        ("input_ids", FeatureSpec("int64", seq)),
+        ("input_mask", FeatureSpec("int64", seq)),
+        ("segment_ids", FeatureSpec("int64", seq)),
+        ("masked_lm_positions", FeatureSpec("int64", pred)),
+        ("masked_lm_ids", FeatureSpec("int64", pred)),
+        ("masked_lm_weights", FeatureSpec("float32", pred)),
+        ("next_sentence_labels", FeatureSpec("int64", (1,))),
+    ])
+
+
+def tf_feature_spec(max_seq_length: int, max_predictions_per_seq: int) -> dict:
+    """`feature_spec` as `{name: tf.io.FixedLenFeature}` for `tf.io.parse_example`."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    dtypes = {"int64": tf.int64, "float32": tf.float32}
+    return {name: tf.io.FixedLenFeature(list(spec.shape), dtypes[spec.dtype])
+            for name, spec in feature_spec(max_seq_length, max_predictions_per_seq).items()}
+
+
+# ---- protobuf encoding --------------------------------------------------------------------------
+
+def _varint(value: int) -> bytes:
+    """Protobuf base-128 varint of a non-negative int."""
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def varint_rows(values: np.ndarray) -> tuple[bytes, np.ndarray]:
+    """Packed varints of each row of a 2-D int array: (all rows' bytes, byte count per row).
+
+    Negative values are written as their 64-bit two's complement (10 bytes), as protobuf does.
+    """
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    if values.size == 0:
+        return b"", np.zeros(values.shape[0], dtype=np.int64)
+    if values.min() >= 0 and values.max() < 0x80:
+        return values.astype(np.uint8).tobytes(), np.full(values.shape[0], values.shape[1])
+    flat = values.view(np.uint64).ravel()
+    nbytes = np.ones(flat.shape, dtype=np.uint8)
+    for shift in range(7, 64, 7):
+        above = flat >= np.uint64(1 << shift)
+        if not above.any():
+            break
+        nbytes += above.view(np.uint8)
+    width = int(nbytes.max())
+    small = flat.astype(np.uint32) if width <= 4 else flat
+    out = np.empty((flat.size, width), dtype=np.uint8)
+    for index in range(width):
+        byte = (small >> small.dtype.type(7 * index)) & small.dtype.type(0x7F)
+        out[:, index] = byte.astype(np.uint8) | ((nbytes > index + 1).view(np.uint8) << 7)
+    keep = np.flatnonzero((np.arange(width, dtype=np.uint8) < nbytes[:, None]).ravel())
+    sizes = nbytes.reshape(values.shape).sum(axis=1, dtype=np.int64)
+    return out.ravel().take(keep).tobytes(), sizes
+
+
+_KIND_TAGS = {"float32": b"\x12", "int64": b"\x1a"}
+_HEADERS: dict[tuple[str, str, int], bytes] = {}
+
+
+def _header(name: str, kind: str, size: int) -> bytes:
+    """Bytes of a map entry for feature `name` up to its packed payload of `size` bytes."""
+    key = (name, kind, size)
+    header = _HEADERS.get(key)
+    if header is None:
+        values = b"\x0a" + _varint(size) if size else b""
+        feature = _KIND_TAGS[kind] + _varint(len(values) + size) + values
+        encoded_name = name.encode()
+        entry = (b"\x0a" + _varint(len(encoded_name)) + encoded_name
+                 + b"\x12" + _varint(len(feature) + size) + feature)
+        header = _HEADERS[key] = b"\x0a" + _varint(len(entry) + size) + entry
+    return header
+
+
+def encode_examples(columns: Mapping[str, np.ndarray]) -> list[bytes]:
+    """Serialized `tf.train.Example`s, one per row of the 2-D arrays in `columns`.
+
+    Float arrays become float_list features (float32), integer arrays int64_list features;
+    features are written in the mapping's order, each as one packed list.
+    """
+    rows = None
+    encoded = []
+    for name, values in columns.items():
+        values = np.asarray(values)
+        if values.ndim != 2:
+            raise ValueError(f"{name}: expected a 2-D array, got shape {values.shape}")
+        rows = values.shape[0] if rows is None else rows
+        if values.shape[0] != rows:
+            raise ValueError(f"{name}: {values.shape[0]} rows, expected {rows}")
+        if values.dtype.kind == "f":
+            data = np.ascontiguousarray(values, dtype="<f4").tobytes()
+            sizes = np.full(rows, 4 * values.shape[1], dtype=np.int64)
+            kind = "float32"
+        else:
+            data, sizes = varint_rows(values)
+            kind = "int64"
+        ends = np.cumsum(sizes)
+        encoded.append((name, kind, data, (ends - sizes).tolist(), ends.tolist()))
+    out = []
+    for row in range(rows or 0):
+        pieces = []
+        for name, kind, data, starts, ends in encoded:
+            start, end = starts[row], ends[row]
+            pieces.append(_header(name, kind, end - start))
+            pieces.append(data[start:end])
+        body = b"".join(pieces)
+        out.append(b"\x0a" + _varint(len(body)) + body)
+    return out
+
+
+# ---- protobuf decoding --------------------------------------------------------------------------
+
+class DecodeError(ValueError):
+    """Bytes that are not a well-formed `tf.train.Example`."""
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise DecodeError("truncated or overlong varint")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+
+
+def _fields(data: bytes) -> Iterator[tuple[int, int, object]]:
+    """(field number, wire type, value) of each field of a message; LEN values as bytes."""
+    pos, end = 0, len(data)
+    while pos < end:
+        key, pos = _read_varint(data, pos)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _read_varint(data, pos)
+        elif wire == 1:
+            value, pos = data[pos:pos + 8], pos + 8
+        elif wire == 2:
+            size, pos = _read_varint(data, pos)
+            value, pos = data[pos:pos + size], pos + size
+        elif wire == 5:
+            value, pos = data[pos:pos + 4], pos + 4
+        else:
+            raise DecodeError(f"unsupported wire type {wire}")
+        if pos > end:
+            raise DecodeError("field runs past the end of its message")
+        yield number, wire, value
+
+
+def unpack_varints(data: bytes) -> np.ndarray:
+    """The int64 values of a packed varint list."""
+    raw = np.frombuffer(data, dtype=np.uint8)
+    if raw.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    ends = np.flatnonzero(raw < 0x80)
+    if ends.size == 0 or ends[-1] != raw.size - 1:
+        raise DecodeError("truncated packed varints")
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    lengths = ends - starts + 1
+    if lengths.max() > 10:
+        raise DecodeError("overlong varint")
+    offsets = np.arange(raw.size) - np.repeat(starts, lengths)
+    parts = (raw & 0x7F).astype(np.uint64) << (7 * offsets).astype(np.uint64)
+    return np.bitwise_or.reduceat(parts, starts).view(np.int64)
+
+
+def _decode_feature(data: bytes) -> tuple[str, object]:
+    """("int64", array) / ("float32", array) / ("bytes", list) / ("none", None) of a Feature."""
+    kind, chunks = "none", []
+    for number, _, value in _fields(data):
+        if number not in (1, 2, 3):
+            continue
+        new_kind = {1: "bytes", 2: "float32", 3: "int64"}[number]
+        if new_kind != kind:
+            kind, chunks = new_kind, []
+        for field, wire, item in _fields(value):
+            if field != 1:
+                continue
+            if kind == "bytes":
+                chunks.append(item)
+            elif kind == "int64":
+                chunks.append(unpack_varints(item) if wire == 2
+                              else np.array([item], dtype=np.uint64).view(np.int64))
+            elif wire in (2, 5):
+                chunks.append(np.frombuffer(item, dtype="<f4"))
+    if kind == "bytes":
+        return kind, chunks
+    if kind == "none":
+        return kind, None
+    dtype = np.int64 if kind == "int64" else np.float32
+    return kind, (np.concatenate(chunks).astype(dtype) if chunks else np.zeros(0, dtype))
+
+
+def decode_example(data: bytes) -> dict[str, tuple[str, object]]:
+    """{feature name: (kind, values)} of a serialized `tf.train.Example` (see _decode_feature)."""
+    features: dict[str, tuple[str, object]] = {}
+    try:
+        for number, _, value in _fields(data):
+            if number != 1:
+                continue
+            for entry_number, _, entry in _fields(value):
+                if entry_number != 1:
+                    continue
+                key, feature = b"", b""
+                for field, _, item in _fields(entry):
+                    if field == 1:
+                        key = item
+                    elif field == 2:
+                        feature = item
+                features[key.decode("utf-8")] = _decode_feature(feature)
+    except (IndexError, UnicodeDecodeError) as err:
+        raise DecodeError(str(err)) from err
+    return features
+
+
+def parse_pretraining_example(data: bytes, spec: Mapping[str, FeatureSpec]) -> dict[str, np.ndarray]:
+    """The features of `spec` from one serialized Example, checked against their dtype and length.
+
+    DecodeError when a feature is missing, of another type or of another length.
+    """
+    decoded = decode_example(data)
+    out = {}
+    for name, item in spec.items():
+        kind, values = decoded.get(name, ("none", None))
+        if kind != item.dtype:
+            raise DecodeError(f"feature {name} is {kind}, expected {item.dtype}")
+        if len(values) != item.length:
+            raise DecodeError(f"feature {name} has {len(values)} values, expected {item.length}")
+        out[name] = values.reshape(item.shape)
+    return out
+
+
+# ---- TFRecord framing ---------------------------------------------------------------------------
+
+def masked_crc32c(data: bytes) -> int:
+    """The TFRecord checksum: CRC-32C, rotated right by 15 bits, plus 0xa282ead8."""
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def frame_record(data: bytes) -> bytes:
+    """One TFRecord: length, its masked CRC, the data, the data's masked CRC."""
+    length = struct.pack("<Q", len(data))
+    return (length + struct.pack("<I", masked_crc32c(length)) + data
+            + struct.pack("<I", masked_crc32c(data)))
+
+
+def write_records(handle: BinaryIO, records: Sequence[bytes]) -> None:
+    """Append `records` to an open binary file as TFRecords."""
+    handle.write(b"".join(frame_record(record) for record in records))
+
+
+def _read_header(handle: BinaryIO, path: str, index: int) -> int | None:
+    """Length of the next record, None at a clean end of file."""
+    header = handle.read(12)
+    if not header:
+        return None
+    if len(header) < 12:
+        raise InputError(f"{path}: truncated TFRecord header at record {index}")
+    length_bytes, crc = header[:8], struct.unpack("<I", header[8:])[0]
+    if masked_crc32c(length_bytes) != crc:
+        raise InputError(f"{path}: corrupt TFRecord (bad length checksum) at record {index}")
+    return struct.unpack("<Q", length_bytes)[0]
+
+
+def read_records(path: str | os.PathLike) -> Iterator[bytes]:
+    """Each record of a TFRecord file, checksums verified; InputError if it is damaged."""
+    path = str(path)
+    try:
+        handle = open(path, "rb")
+    except OSError as err:
+        raise InputError(f"{path}: cannot read TFRecord file ({err.strerror})") from err
+    with handle:
+        index = 0
+        while True:
+            length = _read_header(handle, path, index)
+            if length is None:
+                return
+            data = handle.read(length)
+            footer = handle.read(4)
+            if len(data) < length or len(footer) < 4:
+                raise InputError(f"{path}: truncated TFRecord at record {index}")
+            if masked_crc32c(data) != struct.unpack("<I", footer)[0]:
+                raise InputError(f"{path}: corrupt TFRecord (bad data checksum) at record {index}")
+            yield data
+            index += 1
+
+
+def count_records(path: str | os.PathLike) -> int:
+    """Number of records in a TFRecord file, reading only the headers."""
+    path = str(path)
+    try:
+        handle = open(path, "rb")
+    except OSError as err:
+        raise InputError(f"{path}: cannot read TFRecord file ({err.strerror})") from err
+    with handle:
+        size = os.fstat(handle.fileno()).st_size
+        count = 0
+        while True:
+            length = _read_header(handle, path, count)
+            if length is None:
+                return count
+            if handle.tell() + length + 4 > size:
+                raise InputError(f"{path}: truncated TFRecord at record {count}")
+            handle.seek(length + 4, os.SEEK_CUR)
+            count += 1

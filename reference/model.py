@@ -1,0 +1,342 @@
+"""BERT for pre-training (masked LM + next sentence) in TF2 Keras.
+
+The computation follows the MLPerf reference's TF1 graph operation by operation, so that the
+same weights give the same numbers (to float32 rounding):
+
+- embeddings: word (gather) + token type (one-hot matmul) + position (first `seq_length` rows),
+  summed in that order, then LayerNorm (epsilon 1e-12) and dropout;
+- each transformer layer: query/key/value as 3-D einsums over [hidden, heads, head_size] views of
+  the [hidden, hidden] kernels; scores scaled by 1/sqrt(head_size) after the product; padded
+  *keys* get -10000 added before the softmax (padded query rows are computed and left as is);
+  attention dropout; output projection + dropout + residual + LayerNorm; intermediate dense with
+  the tanh form of GELU; output dense + dropout + residual + LayerNorm (post-LN);
+- pooler: tanh dense on the [CLS] (first) position;
+- masked-LM head: dense + GELU + LayerNorm on the gathered positions, logits = product with the
+  word-embedding table (tied) + output bias;
+- next-sentence head: dense with 2 outputs on the pooled output.
+
+Pieces from `official.nlp.modeling` are used where their operations are the reference's
+(`OnDeviceEmbedding`, `PositionEmbedding`, `MaskedLM`); the attention and the transformer layer
+are our own because the library's scale the query before the product and mask with -1e9.
+
+Variables carry the reference's structure in their names (e.g.
+`bert_pretraining/bert/encoder/layer_0/attention/self/query/kernel`); `reference.checkpoint`
+maps TF1 and TF2 checkpoint names onto them.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Mapping
+
+import tensorflow as tf
+import tf_keras
+from official.nlp.modeling import layers as nlp_layers
+
+from reference.bert_config import BertConfig
+
+LAYER_NORM_EPSILON = 1e-12
+# Added to the attention scores of padded key positions (the reference's value, not -inf).
+MASKED_SCORE_ADDER = -10000.0
+
+FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions",
+                 "masked_lm_ids", "masked_lm_weights", "next_sentence_labels")
+
+
+def gelu(x: tf.Tensor) -> tf.Tensor:
+    """GELU in its tanh approximation, evaluated in the reference's operation order.
+
+    Args:
+      x: float tensor, any shape.
+
+    Returns:
+      x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))), same shape and dtype.
+    """
+    inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * tf.pow(x, 3))
+    return x * (0.5 * (1.0 + tf.tanh(inner)))
+
+
+def get_activation(name: str) -> Callable[[tf.Tensor], tf.Tensor] | None:
+    """The activation function for a `hidden_act` name ("gelu", "relu", "tanh", "linear").
+
+    Returns None for "linear" (no activation). Raises ValueError for other names.
+    """
+    table = {"gelu": gelu, "relu": tf.nn.relu, "tanh": tf.tanh, "linear": None}
+    key = name.lower()
+    if key not in table:
+        raise ValueError(f"unsupported activation {name!r}")
+    return table[key]
+
+
+def _initializer(config: BertConfig) -> tf_keras.initializers.Initializer:
+    # A fresh instance per weight: tf_keras repeats the values of a reused unseeded initializer.
+    return tf_keras.initializers.TruncatedNormal(stddev=config.initializer_range)
+
+
+def _layer_norm(name: str) -> tf_keras.layers.LayerNormalization:
+    # With epsilon < 1.001e-5 tf_keras computes moments + batch_normalization, as the reference.
+    return tf_keras.layers.LayerNormalization(axis=-1, epsilon=LAYER_NORM_EPSILON, name=name)
+
+
+class BertEmbeddings(tf_keras.layers.Layer):
+    """Word + token-type + position embeddings, LayerNorm and dropout.
+
+    Call: (input_ids [B, S] int32, segment_ids [B, S] int32, training) -> [B, S, hidden] float32.
+    """
+
+    def __init__(self, config: BertConfig, **kwargs):
+        super().__init__(**kwargs)
+        self._max_positions = config.max_position_embeddings
+        self.word_embeddings = nlp_layers.OnDeviceEmbedding(
+            config.vocab_size, config.hidden_size, initializer=_initializer(config),
+            name="word_embeddings")
+        self.token_type_embeddings = nlp_layers.OnDeviceEmbedding(
+            config.type_vocab_size, config.hidden_size, initializer=_initializer(config),
+            use_one_hot=True, name="token_type_embeddings")
+        self.position_embeddings = nlp_layers.PositionEmbedding(
+            max_length=config.max_position_embeddings, initializer=_initializer(config),
+            name="position_embeddings")
+        self.layer_norm = _layer_norm("LayerNorm")
+        self.dropout = tf_keras.layers.Dropout(config.hidden_dropout_prob)
+
+    def call(self, input_ids, segment_ids, training=None):
+        seq_length = input_ids.shape[1]
+        if seq_length is not None and seq_length > self._max_positions:
+            raise ValueError(f"sequence length {seq_length} exceeds max_position_embeddings "
+                             f"{self._max_positions}")
+        output = self.word_embeddings(input_ids)
+        output = output + self.token_type_embeddings(segment_ids)
+        output = output + self.position_embeddings(output)
+        output = self.layer_norm(output)
+        return self.dropout(output, training=training)
+
+
+class HeadsProjection(tf_keras.layers.Layer):
+    """Dense projection [B, S, D] -> [B, S, heads, head_size] (query, key or value).
+
+    The kernel is stored [D, heads * head_size] and the bias [heads * head_size], the TF1
+    checkpoint's shapes; the call views them as [D, heads, head_size] and [heads, head_size].
+    """
+
+    def __init__(self, num_heads: int, head_size: int, initializer, **kwargs):
+        super().__init__(**kwargs)
+        self._num_heads = num_heads
+        self._head_size = head_size
+        self._initializer = initializer
+
+    def build(self, input_shape):
+        width = int(input_shape[-1])
+        units = self._num_heads * self._head_size
+        self.kernel = self.add_weight("kernel", shape=[width, units],
+                                      initializer=self._initializer)
+        self.bias = self.add_weight("bias", shape=[units], initializer="zeros")
+        super().build(input_shape)
+
+    def call(self, inputs):
+        width = self.kernel.shape[0]
+        kernel = tf.reshape(self.kernel, [width, self._num_heads, self._head_size])
+        bias = tf.reshape(self.bias, [self._num_heads, self._head_size])
+        return tf.einsum("abc,cde->abde", inputs, kernel) + bias
+
+
+class HeadsMerge(tf_keras.layers.Layer):
+    """Dense projection [B, S, heads, head_size] -> [B, S, D] (the attention output).
+
+    The kernel is stored [heads * head_size, D] (TF1 shape) and viewed as [heads, head_size, D].
+    """
+
+    def __init__(self, output_size: int, initializer, **kwargs):
+        super().__init__(**kwargs)
+        self._output_size = output_size
+        self._initializer = initializer
+
+    def build(self, input_shape):
+        num_heads, head_size = int(input_shape[-2]), int(input_shape[-1])
+        self.kernel = self.add_weight("kernel", shape=[num_heads * head_size, self._output_size],
+                                      initializer=self._initializer)
+        self.bias = self.add_weight("bias", shape=[self._output_size], initializer="zeros")
+        super().build(input_shape)
+
+    def call(self, inputs):
+        num_heads, head_size = inputs.shape[-2], inputs.shape[-1]
+        kernel = tf.reshape(self.kernel, [num_heads, head_size, self._output_size])
+        return tf.einsum("BFNH,NHD->BFD", inputs, kernel) + self.bias
+
+
+class SequenceDense(tf_keras.layers.Layer):
+    """Dense layer on [B, S, C] as an einsum with a [C, units] kernel, bias, then activation."""
+
+    def __init__(self, units: int, initializer, activation=None, **kwargs):
+        super().__init__(**kwargs)
+        self._units = units
+        self._initializer = initializer
+        self._activation = activation
+
+    def build(self, input_shape):
+        self.kernel = self.add_weight("kernel", shape=[int(input_shape[-1]), self._units],
+                                      initializer=self._initializer)
+        self.bias = self.add_weight("bias", shape=[self._units], initializer="zeros")
+        super().build(input_shape)
+
+    def call(self, inputs):
+        output = tf.einsum("abc,cd->abd", inputs, self.kernel) + self.bias
+        return output if self._activation is None else self._activation(output)
+
+
+class TransformerLayer(tf_keras.layers.Layer):
+    """One post-LayerNorm transformer block, as the reference's `layer_N` scope.
+
+    Call: (x [B, S, hidden], score_adder [B, 1, 1, S] float32, training) -> [B, S, hidden].
+    `score_adder` is 0 for real key positions and -10000 for padding (see `attention_adder`).
+    """
+
+    def __init__(self, config: BertConfig, **kwargs):
+        super().__init__(**kwargs)
+        heads, size = config.num_attention_heads, config.attention_head_size
+        self._head_size = size
+        self.query = HeadsProjection(heads, size, _initializer(config), name="attention/self/query")
+        self.key = HeadsProjection(heads, size, _initializer(config), name="attention/self/key")
+        self.value = HeadsProjection(heads, size, _initializer(config), name="attention/self/value")
+        self.attention_probs_dropout = tf_keras.layers.Dropout(config.attention_probs_dropout_prob)
+        self.attention_output = HeadsMerge(config.hidden_size, _initializer(config),
+                                           name="attention/output/dense")
+        self.attention_dropout = tf_keras.layers.Dropout(config.hidden_dropout_prob)
+        self.attention_layer_norm = _layer_norm("attention/output/LayerNorm")
+        self.intermediate = SequenceDense(config.intermediate_size, _initializer(config),
+                                          activation=get_activation(config.hidden_act),
+                                          name="intermediate/dense")
+        self.output_dense = SequenceDense(config.hidden_size, _initializer(config),
+                                          name="output/dense")
+        self.output_dropout = tf_keras.layers.Dropout(config.hidden_dropout_prob)
+        self.output_layer_norm = _layer_norm("output/LayerNorm")
+
+    def call(self, inputs, score_adder, training=None):
+        query = self.query(inputs)  # [B, F, N, H]
+        key = self.key(inputs)  # [B, T, N, H]
+        value = self.value(inputs)  # [B, T, N, H]
+        scores = tf.einsum("BTNH,BFNH->BNFT", key, query)
+        scores = tf.multiply(scores, 1.0 / math.sqrt(float(self._head_size)))
+        scores += score_adder
+        probs = tf.nn.softmax(scores)
+        probs = self.attention_probs_dropout(probs, training=training)
+        context = tf.einsum("BNFT,BTNH->BFNH", probs, value)
+
+        attention = self.attention_output(context)
+        attention = self.attention_dropout(attention, training=training)
+        attention = self.attention_layer_norm(attention + inputs)
+
+        output = self.output_dense(self.intermediate(attention))
+        output = self.output_dropout(output, training=training)
+        return self.output_layer_norm(output + attention)
+
+
+def attention_adder(input_mask: tf.Tensor) -> tf.Tensor:
+    """Additive attention mask from the [B, S] input mask: [B, 1, 1, S], 0 or -10000.
+
+    Only key positions are masked; every query row attends to the real tokens.
+    """
+    to_mask = tf.cast(input_mask, tf.float32)[:, tf.newaxis, tf.newaxis, :]
+    return (1.0 - to_mask) * MASKED_SCORE_ADDER
+
+
+class BertEncoder(tf_keras.layers.Layer):
+    """Embeddings, the transformer stack and the pooler (the reference's `bert` scope).
+
+    Call: (input_ids, input_mask, segment_ids: [B, S] int32; training)
+      -> (sequence_output [B, S, hidden], pooled_output [B, hidden]).
+    """
+
+    def __init__(self, config: BertConfig, **kwargs):
+        super().__init__(**kwargs)
+        self.embeddings = BertEmbeddings(config, name="embeddings")
+        self.transformer_layers = [TransformerLayer(config, name=f"encoder/layer_{i}")
+                                   for i in range(config.num_hidden_layers)]
+        self.pooler = tf_keras.layers.Dense(config.hidden_size, activation="tanh",
+                                            kernel_initializer=_initializer(config),
+                                            name="pooler/dense")
+
+    def call(self, input_ids, input_mask, segment_ids, training=None):
+        output = self.embeddings(input_ids, segment_ids, training=training)
+        adder = attention_adder(input_mask)
+        for layer in self.transformer_layers:
+            output = layer(output, adder, training=training)
+        pooled = self.pooler(tf.squeeze(output[:, 0:1, :], axis=1))
+        return output, pooled
+
+
+class TiedMaskedLM(nlp_layers.MaskedLM):
+    """`official.nlp` MaskedLM whose output weights are the word-embedding table of a layer.
+
+    The table is looked up when the head is built, so the head can be created before the
+    embedding layer has its weights. Call: (sequence_output [B, S, hidden], positions [B, P])
+    -> logits [B, P, vocab].
+    """
+
+    def __init__(self, embedding_layer: nlp_layers.OnDeviceEmbedding, **kwargs):
+        super().__init__(embedding_table=None, **kwargs)
+        self._embedding_layer = embedding_layer
+
+    def build(self, input_shape):
+        self.embedding_table = self._embedding_layer.embeddings
+        super().build(input_shape)
+
+
+class BertPretrainingModel(tf_keras.Model):
+    """BERT with the masked-LM and next-sentence heads; weights exist after construction.
+
+    Call: features -> outputs.
+      features: mapping with the TFRecord feature names (`FEATURE_NAMES`); int tensors (int32 or
+        int64, cast to int32) input_ids, input_mask, segment_ids [B, S]; masked_lm_positions,
+        masked_lm_ids [B, P]; next_sentence_labels [B, 1]; float masked_lm_weights [B, P]. Only
+        the first four are read here (labels are for `reference.losses`).
+      outputs: dict with "masked_lm_logits" [B, P, vocab], "next_sentence_logits" [B, 2],
+        "sequence_output" [B, S, hidden], "pooled_output" [B, hidden] (float32).
+    Dropout is active only when called with training=True.
+    """
+
+    def __init__(self, config: BertConfig, name: str = "bert_pretraining", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.config = config
+        self.bert = BertEncoder(config, name="bert")
+        self.masked_lm = TiedMaskedLM(self.bert.embeddings.word_embeddings,
+                                      activation=get_activation(config.hidden_act),
+                                      initializer=_initializer(config), output="logits",
+                                      name="cls/predictions")
+        self.next_sentence = tf_keras.layers.Dense(2, kernel_initializer=_initializer(config),
+                                                   name="cls/seq_relationship")
+        # Create every variable now (a one-token batch is enough), so that checkpoints can be
+        # loaded and optimizers built before the first real step.
+        self(dummy_features(), training=False)
+
+    def call(self, features: Mapping[str, tf.Tensor], training=None) -> dict[str, tf.Tensor]:
+        input_ids = tf.cast(features["input_ids"], tf.int32)
+        input_mask = tf.cast(features["input_mask"], tf.int32)
+        segment_ids = tf.cast(features["segment_ids"], tf.int32)
+        positions = tf.cast(features["masked_lm_positions"], tf.int32)
+        sequence_output, pooled_output = self.bert(input_ids, input_mask, segment_ids,
+                                                   training=training)
+        return {
+            "masked_lm_logits": self.masked_lm(sequence_output, masked_positions=positions),
+            "next_sentence_logits": self.next_sentence(pooled_output),
+            "sequence_output": sequence_output,
+            "pooled_output": pooled_output,
+        }
+
+    def get_config(self):
+        return {"config": self.config.to_dict(), "name": self.name}
+
+
+def dummy_features(batch_size: int = 1, seq_length: int = 1,
+                   max_predictions: int = 1) -> dict[str, tf.Tensor]:
+    """An all-zero feature batch of the given sizes (for building and tracing)."""
+    def zeros(width, dtype=tf.int32):
+        return tf.zeros([batch_size, width], dtype)
+
+    return {
+        "input_ids": zeros(seq_length),
+        "input_mask": tf.ones([batch_size, seq_length], tf.int32),
+        "segment_ids": zeros(seq_length),
+        "masked_lm_positions": zeros(max_predictions),
+        "masked_lm_ids": zeros(max_predictions),
+        "masked_lm_weights": zeros(max_predictions, tf.float32),
+        "next_sentence_labels": zeros(1),
+    }

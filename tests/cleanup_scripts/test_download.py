@@ -1,0 +1,236 @@
+"""download: fetching from a local HTTP server, resuming, md5 rejection, bz2 decompression."""
+import bz2
+import hashlib
+import http.server
+import re
+import shutil
+import threading
+import urllib.parse
+from pathlib import Path
+
+import pytest
+
+import cleanup_scripts
+from cleanup_scripts import checksums, download
+from cleanup_scripts.fileio import InputError
+from cleanup_scripts.runner import exit_on_input_error
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+MAGIC_WORDS_DUMP = FIXTURES / "wiki-dump" / "magic-words.xml.bz2"
+VOCAB = cleanup_scripts.VOCAB_FILE.read_bytes()
+CONFIG = cleanup_scripts.BERT_CONFIG_FILE.read_bytes()
+
+
+class FileServer:
+    """A loopback HTTP server with Range support and a Drive-like confirmation page.
+
+    `files` maps URL paths to bytes. `/uc?id=NAME` answers an HTML warning page whose form
+    leads to `/download?id=NAME&confirm=t&uuid=…`, which serves `files["/" + NAME]`.
+    """
+
+    def __init__(self):
+        self.files = {}
+        self.requests = []  # (path, Range header)
+        self.ignore_range = False
+        self.cut_next_response_at = None  # send only this many bytes, once, then hang up
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                parts = urllib.parse.urlsplit(self.path)
+                query = dict(urllib.parse.parse_qsl(parts.query))
+                server.requests.append((parts.path, self.headers.get("Range")))
+                if parts.path == "/uc":
+                    page = ('<html><body><form id="download-form" action="/download" '
+                            'method="get"><input type="submit" value="Download anyway"/>'
+                            f'<input type="hidden" name="id" value="{query["id"]}">'
+                            '<input type="hidden" name="export" value="download">'
+                            '<input type="hidden" name="confirm" value="t">'
+                            '<input type="hidden" name="uuid" value="1234"></form>'
+                            '</body></html>').encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/html; charset=utf-8")
+                    self.send_header("Content-Length", str(len(page)))
+                    self.end_headers()
+                    self.wfile.write(page)
+                    return
+                if parts.path == "/download" and query.get("confirm") == "t":
+                    name = "/" + query["id"]
+                else:
+                    name = parts.path
+                if name not in server.files:
+                    self.send_error(404)
+                    return
+                self.send_file(server.files[name])
+
+            def send_file(self, data):
+                start = 0
+                match = re.match(r"bytes=(\d+)-$", self.headers.get("Range") or "")
+                if match and not server.ignore_range:
+                    start = int(match.group(1))
+                    if start >= len(data):
+                        self.send_response(416)
+                        self.send_header("Content-Range", f"bytes */{len(data)}")
+                        self.end_headers()
+                        return
+                    self.send_response(206)
+                    self.send_header("Content-Range",
+                                     f"bytes {start}-{len(data) - 1}/{len(data)}")
+                else:
+                    self.send_response(200)
+                self.send_header("Content-Type", "application/octet-stream")
+                self.send_header("Content-Length", str(len(data) - start))
+                self.end_headers()
+                body = data[start:]
+                if server.cut_next_response_at is not None:
+                    body = body[:server.cut_next_response_at]
+                    server.cut_next_response_at = None
+                    self.close_connection = True
+                self.wfile.write(body)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def paths_requested(self):
+        return [path for path, _ in self.requests]
+
+
+@pytest.fixture
+def server():
+    file_server = FileServer()
+    file_server.files = {"/vocab.txt": VOCAB, "/bert_config.json": CONFIG}
+    file_server.thread.start()
+    yield file_server
+    file_server.httpd.shutdown()
+    file_server.httpd.server_close()
+
+
+def run_cli(args):
+    """Run download's CLI as `python -m` would; returns its exit status (0 when it returns)."""
+    try:
+        exit_on_input_error(lambda: download.main(args))
+    except SystemExit as exit_info:
+        return exit_info.code
+    return 0
+
+
+def test_downloads_from_base_url_and_verifies(server, tmp_path, capsys):
+    assert run_cli([f"--output_dir={tmp_path}", "--artifacts=vocab,config",
+                    f"--base_url={server.url}"]) == 0
+    assert (tmp_path / "vocab.txt").read_bytes() == VOCAB
+    assert (tmp_path / "bert_config.json").read_bytes() == CONFIG
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bert_config.json", "vocab.txt"]
+    assert "ok  vocab.txt" in capsys.readouterr().out
+
+
+def test_resumes_a_partial_file_with_a_range_request(server, tmp_path):
+    dest = tmp_path / "vocab.txt"
+    download.partial_name(dest).write_bytes(VOCAB[:100_000])
+    download.fetch(f"{server.url}/vocab.txt", dest, checksums.known_artifacts()["vocab.txt"].md5)
+    assert server.requests == [("/vocab.txt", "bytes=100000-")]
+    assert dest.read_bytes() == VOCAB
+    assert not download.partial_name(dest).exists()
+
+
+def test_restarts_when_the_server_ignores_range(server, tmp_path):
+    server.ignore_range = True
+    dest = tmp_path / "vocab.txt"
+    download.partial_name(dest).write_bytes(b"x" * 5000)  # not even the right bytes
+    download.fetch(f"{server.url}/vocab.txt", dest, hashlib.md5(VOCAB).hexdigest())
+    assert dest.read_bytes() == VOCAB
+
+
+def test_interrupted_transfer_is_retried_and_resumed(server, tmp_path):
+    server.cut_next_response_at = 50_000
+    dest = tmp_path / "vocab.txt"
+    download.fetch(f"{server.url}/vocab.txt", dest, hashlib.md5(VOCAB).hexdigest(),
+                   len(VOCAB), retries=2, retry_wait_s=0)
+    assert server.requests == [("/vocab.txt", None), ("/vocab.txt", "bytes=50000-")]
+    assert dest.read_bytes() == VOCAB
+
+
+def test_wrong_md5_is_rejected_and_no_file_is_left(server, tmp_path, capsys):
+    server.files["/vocab.txt"] = VOCAB.replace(b"[MASK]", b"[MASQ]")  # same size
+    status = run_cli([f"--output_dir={tmp_path}", "--artifacts=vocab.txt",
+                      f"--base_url={server.url}"])
+    assert status == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    assert re.match(r"error: .*vocab\.txt: md5 [0-9a-f]{32} is not the official "
+                    r"64800d5d8528ce344256daf115d4965e", err)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_follows_the_drive_confirmation_page(server, tmp_path):
+    server.files["/VOCABID"] = VOCAB
+    url = f"{server.url}/uc?export=download&id=VOCABID"
+    assert run_cli([f"--output_dir={tmp_path}", "--artifacts=vocab",
+                    f"--url=vocab.txt={url}"]) == 0
+    assert (tmp_path / "vocab.txt").read_bytes() == VOCAB
+    assert server.paths_requested() == ["/uc", "/download"]
+
+
+def test_drive_confirm_link_of_the_older_page():
+    page = '<a id="uc-download-link" href="/uc?export=download&amp;confirm=Ab_1&amp;id=XYZ">'
+    assert download.drive_confirm_url(page, "https://drive.google.com/uc?id=XYZ") == \
+        "https://drive.google.com/uc?export=download&confirm=Ab_1&id=XYZ"
+    assert download.drive_confirm_url("<html>Quota exceeded</html>", "https://x/uc") is None
+
+
+def test_file_urls_and_local_paths(tmp_path):
+    out = tmp_path / "out"
+    vocab_url = cleanup_scripts.VOCAB_FILE.as_uri()
+    assert run_cli([f"--output_dir={out}", "--artifacts=vocab,config",
+                    f"--url=vocab={vocab_url}",
+                    f"--url=bert_config.json={cleanup_scripts.BERT_CONFIG_FILE}"]) == 0
+    assert (out / "vocab.txt").read_bytes() == VOCAB
+    assert (out / "bert_config.json").read_bytes() == CONFIG
+
+
+def test_verified_file_is_not_downloaded_again(server, tmp_path):
+    shutil.copy(cleanup_scripts.VOCAB_FILE, tmp_path / "vocab.txt")
+    assert run_cli([f"--output_dir={tmp_path}", "--artifacts=vocab",
+                    f"--base_url={server.url}"]) == 0
+    assert server.requests == []
+
+
+def test_list_shows_the_reference_drive_sources(capsys):
+    assert run_cli(["--output_dir=unused", "--list"]) == 0
+    lines = dict(line.split("\t") for line in capsys.readouterr().out.splitlines())
+    assert len(lines) == 8
+    assert lines["tf1_ckpt/model.ckpt-28252.index"] == \
+        "https://drive.google.com/uc?export=download&id=1Q47V3K3jFRkbJ2zGCrKkKk-n0fvMZsa0"
+
+
+def test_unknown_artifact_and_missing_source_are_errors(capsys):
+    assert run_cli(["--output_dir=unused", "--artifacts=weights"]) == 1
+    assert "weights: unknown artifact" in capsys.readouterr().err
+    assert run_cli(["--output_dir=unused", "--artifacts=results/eval.txt", "--list"]) == 1
+    assert "results/eval.txt: no default source" in capsys.readouterr().err
+
+
+def test_decompress_bz2_streams_and_verifies(tmp_path):
+    expected = bz2.decompress(MAGIC_WORDS_DUMP.read_bytes())
+    dest = tmp_path / "dump.xml"
+    md5 = download.decompress_bz2(MAGIC_WORDS_DUMP, dest, hashlib.md5(expected).hexdigest())
+    assert dest.read_bytes() == expected and md5 == hashlib.md5(expected).hexdigest()
+    with pytest.raises(InputError, match=r"dump2.xml: md5 .* is not the official 0{32}"):
+        download.decompress_bz2(MAGIC_WORDS_DUMP, tmp_path / "dump2.xml", "0" * 32)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dump.xml"]
+
+
+def test_decompress_rejects_truncated_and_empty_bz2(tmp_path):
+    data = cleanup_scripts.SAMPLE_DUMP.read_bytes()
+    truncated = tmp_path / "cut.xml.bz2"
+    truncated.write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputError, match=r"cut.xml.bz2: truncated bzip2 data"):
+        download.decompress_bz2(truncated, tmp_path / "cut.xml")
+    empty = tmp_path / "empty.xml.bz2"
+    empty.write_bytes(b"")
+    with pytest.raises(InputError, match=r"empty.xml.bz2: empty file"):
+        download.decompress_bz2(empty, tmp_path / "empty.xml")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cut.xml.bz2", "empty.xml.bz2"]

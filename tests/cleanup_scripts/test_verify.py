@@ -1,0 +1,111 @@
+"""verify: ok / differs / missing per known artifact, and the eval-hash match count."""
+import hashlib
+import shutil
+
+import pytest
+
+import cleanup_scripts
+from cleanup_scripts import checksums, verify
+from cleanup_scripts.runner import exit_on_input_error
+
+OFFICIAL_EVAL_MD5 = checksums.CHECKSUMS_DIR / checksums.EVAL_ARTICLES_FILE
+
+
+def statuses(findings):
+    return {finding.artifact.path: finding.status for finding in findings}
+
+
+@pytest.fixture
+def dataset_dir(tmp_path):
+    """Our output layout: vendored config and vocab, the official eval.md5 as results/."""
+    shutil.copy(cleanup_scripts.VOCAB_FILE, tmp_path / "vocab.txt")
+    shutil.copy(cleanup_scripts.BERT_CONFIG_FILE, tmp_path / "bert_config.json")
+    (tmp_path / "results").mkdir()
+    shutil.copy(OFFICIAL_EVAL_MD5, tmp_path / "results" / "eval.md5")
+    return tmp_path
+
+
+def test_md5_helpers(tmp_path):
+    path = tmp_path / "data"
+    payload = bytes(range(256)) * 9000  # more than one chunk
+    path.write_bytes(payload)
+    assert verify.md5_file(path) == hashlib.md5(payload).hexdigest()
+    assert verify.verify_file(path, hashlib.md5(payload).hexdigest().upper())
+    assert not verify.verify_file(path, "0" * 32)
+    assert not verify.verify_file(tmp_path / "absent", "0" * 32)
+
+
+def test_reports_ok_and_missing(dataset_dir):
+    found = statuses(verify.check_directory(dataset_dir))
+    assert found["vocab.txt"] == "ok"
+    assert found["bert_config.json"] == "ok"
+    assert found["results/eval.md5"] == "ok"
+    assert found["results/eval.txt"] == "missing"
+    assert found["tf1_ckpt/model.ckpt-28252.index"] == "missing"
+    assert found["text/FE/wiki_00"] == "missing"
+    assert set(found.values()) == {"ok", "missing"}
+
+
+def test_reports_differs_by_size_and_by_md5(dataset_dir):
+    (dataset_dir / "results" / "eval.txt").write_text("not the eval set\n")
+    vocab = bytearray(cleanup_scripts.VOCAB_FILE.read_bytes())
+    vocab[0] ^= 1  # same size, other md5
+    (dataset_dir / "vocab.txt").write_bytes(bytes(vocab))
+    findings = {f.artifact.path: f for f in verify.check_directory(dataset_dir)}
+    assert findings["results/eval.txt"].status == "differs"
+    assert "expected 32851144" in findings["results/eval.txt"].detail
+    assert findings["vocab.txt"].status == "differs"
+    assert "expected 64800d5d8528ce344256daf115d4965e" in findings["vocab.txt"].detail
+
+
+def test_cli_counts_official_eval_hashes_and_exits_zero(dataset_dir, capsys):
+    verify.main([str(dataset_dir)])
+    out = capsys.readouterr().out
+    assert "ok       vocab.txt" in out
+    assert "missing  tf2_ckpt/model.ckpt-28252.index" in out
+    assert "results/eval.md5: 10000 of its 10000 hashes are official" in out
+    assert "3 ok, 0 differ, 36 missing" in out
+
+
+def test_cli_exits_one_when_something_differs(dataset_dir, capsys):
+    (dataset_dir / "bert_config.json").write_text("{}\n")
+    with pytest.raises(SystemExit) as exit_info:
+        verify.main([str(dataset_dir), "--hide_missing"])
+    assert exit_info.value.code == 1
+    out = capsys.readouterr().out
+    assert "differs  bert_config.json" in out
+    assert "missing" not in out.split("\n")[0]
+
+
+def test_partial_eval_md5_match_count(tmp_path):
+    official = checksums.read_hash_list(OFFICIAL_EVAL_MD5)
+    ours = official[:3] + [hashlib.md5(b"not an eval article").hexdigest()] * 2
+    path = tmp_path / "eval.md5"
+    path.write_text("\n".join(ours) + "\n")
+    assert verify.count_official_eval_hashes(path) == (3, 5)
+
+
+def test_reference_layouts_are_recognised(tmp_path, capsys):
+    (tmp_path / "wiki").mkdir()
+    shutil.copy(cleanup_scripts.VOCAB_FILE, tmp_path / "wiki" / "vocab.txt")
+    (tmp_path / "results4").mkdir()
+    shutil.copy(OFFICIAL_EVAL_MD5, tmp_path / "results4" / "eval.md5")
+    fe = tmp_path / "cleanup_scripts" / "text" / "FE"
+    fe.mkdir(parents=True)
+    (fe / "wiki_17").write_text("<doc>\n")
+    findings = {f.artifact.path: f for f in verify.check_directory(tmp_path)}
+    assert findings["vocab.txt"].status == "ok"
+    assert findings["results/eval.md5"].status == "ok"
+    assert findings["text/FE/wiki_17"].status == "differs"
+    with pytest.raises(SystemExit):
+        verify.main([str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "ok       vocab.txt  (at wiki/vocab.txt)" in out
+    assert "results4/eval.md5: 10000 of its 10000" in out
+
+
+def test_missing_directory_is_a_one_line_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        exit_on_input_error(lambda: verify.main([str(tmp_path / "absent")]))
+    assert exit_info.value.code == 1
+    assert capsys.readouterr().err.strip().endswith("absent: not a directory")
