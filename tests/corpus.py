@@ -8,16 +8,20 @@ from cleanup_scripts.clean import clean_bytes
 from cleanup_scripts.cleanup_file import strip_doc_markup
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-WIKI_EXTRACTED = sorted((FIXTURES / "wiki-extracted").glob("wiki_??"))
+WIKI_EXTRACTED_DIR = FIXTURES / "wiki-extracted"
+
+
+def cleaned_bytes(extracted: Path) -> bytes:
+    """An extracted file after cleanup_file and clean (the reference's `.2` file)."""
+    with open(extracted, encoding="utf-8") as handle:
+        stripped = "".join(strip_doc_markup(handle.readlines()))
+    return clean_bytes(stripped.encode("utf-8"))
 
 
 def cleaned_articles() -> list[str]:
     """The articles of the committed extracted files after cleanup and clean, in order."""
-    text = ""
-    for path in WIKI_EXTRACTED:
-        with open(path, encoding="utf-8") as handle:
-            stripped = "".join(strip_doc_markup(handle.readlines()))
-        text += clean_bytes(stripped.encode("utf-8")).decode("utf-8")
+    text = "".join(cleaned_bytes(path).decode("utf-8")
+                   for path in sorted(WIKI_EXTRACTED_DIR.glob("wiki_??")))
     return [article for article in text.split("\n\n") if article.strip()]
 
 
