@@ -2,8 +2,9 @@
 
 Built to survive anything: garbage lines, truncated JSON, NaN, binary data, wrong types. Lines
 are split and prefixes stripped the way `mlperf_logging`'s own parser does (latin-1 text,
-universal newlines, the text after the last `:::MLLOG ` on a line), so a line this parser
-rejects is one the official checker rejects too, and line numbers match between the two.
+universal newlines, the text from the last `:::MLLOG ` on a line), so a line this parser
+rejects is one the official checker rejects too; `benchmark.official` hands the same lines to
+the official checker, so both speak of the same line numbers.
 """
 from __future__ import annotations
 
@@ -53,12 +54,15 @@ class ParsedLog:
     records: well-formed MLLOG records, in file order.
     problems: malformed or suspicious lines (rules "log/...").
     mllog_lines: line numbers of every line the official parser considers (contains the
-        token), in order; index i is the official checker's "line i".
+        token), in order.
+    mllog_texts: those lines as the official parser sees them (from the last `:::MLLOG ` on,
+        stripped), parallel to mllog_lines.
     """
     path: str
     records: list[LogRecord] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     mllog_lines: list[int] = field(default_factory=list)
+    mllog_texts: list[str] = field(default_factory=list)
 
 
 def _fix_text(value: Any) -> Any:
@@ -75,10 +79,10 @@ def _fix_text(value: Any) -> Any:
     return value
 
 
-def _short(text: str, limit: int = 60) -> str:
-    """`text` cut to `limit` characters for a message, with repr escaping."""
-    shown = text if len(text) <= limit else text[:limit] + "..."
-    return repr(shown)
+def _short(value: Any, limit: int = 40) -> str:
+    """repr(value) cut to `limit` characters, for a message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _timestamp(raw: Any) -> tuple[float | None, str | None]:
@@ -91,8 +95,8 @@ def _timestamp(raw: Any) -> tuple[float | None, str | None]:
         try:
             as_float = float(raw)
         except (TypeError, ValueError, OverflowError):
-            return None, f"time_ms is {_short(json.dumps(raw))}, not a number"
-        return as_float, f"time_ms is {_short(json.dumps(raw))} ({type(raw).__name__}), not a number"
+            return None, f"time_ms is {_short(raw)}, not a number"
+        return as_float, f"time_ms is {_short(raw)} ({type(raw).__name__}), not a number"
     value = float(raw)
     if not math.isfinite(value):
         return value, f"time_ms is {raw}, not a finite number"
@@ -120,7 +124,7 @@ def parse_line(line_no: int, full: str, path: str) -> tuple[LogRecord | None, li
         return bad(f"record lacks {', '.join(missing)}")
     key = obj["key"]
     if not isinstance(key, str):
-        return bad(f"key is {_short(json.dumps(key))}, not a string")
+        return bad(f"key is {_short(key)}, not a string")
     time_ms, complaint = _timestamp(obj["time_ms"])
     if time_ms is None:
         return bad(f"{key}: {complaint}")
@@ -132,7 +136,7 @@ def parse_line(line_no: int, full: str, path: str) -> tuple[LogRecord | None, li
         # Kept (with empty metadata) so that one bad field does not hide the whole record.
         problems.append(Problem(
             path, line_no, "log/malformed-line",
-            f"metadata of '{key}' is {_short(json.dumps(metadata))}, not an object", ERROR))
+            f"metadata of '{key}' is {_short(metadata)}, not an object", ERROR))
         metadata = {}
     record = LogRecord(line=line_no, key=_fix_text(key), value=_fix_text(obj["value"]),
                        metadata=_fix_text(metadata), time_ms=time_ms,
@@ -152,8 +156,9 @@ def parse_text(text: str, path: str = "<log>") -> ParsedLog:
                     "line mentions MLLOG but lacks the ':::MLLOG ' prefix; both checkers ignore it",
                     WARNING))
             continue
-        parsed.mllog_lines.append(line_no)
         full = (TOKEN + line[at + len(TOKEN):]).strip()
+        parsed.mllog_lines.append(line_no)
+        parsed.mllog_texts.append(full)
         record, problems = parse_line(line_no, full, path)
         if record is not None:
             parsed.records.append(record)

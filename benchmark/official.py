@@ -14,6 +14,8 @@ here captures their output and turns a crash into an error line, so their verdic
 from __future__ import annotations
 
 import contextlib
+import importlib
+import importlib.util
 import io
 import logging
 import re
@@ -29,6 +31,10 @@ from benchmark.problems import ERROR, WARNING, Problem
 
 USAGE = "training"
 DEFAULT_RULESET = "1.0.0"
+PARSE_ERRORS = "Log lines had parsing errors."  # the compliance checker's own message
+LONGEST_LINE = 20_000  # characters; the official tools' per-line regex is quadratic beyond
+_SPEC = importlib.util.find_spec("mlperf_logging")
+_PACKAGE_DIR = str(Path(_SPEC.origin).parent) + "/" if _SPEC and _SPEC.origin else ""
 
 
 class _Collect(logging.Handler):
@@ -68,8 +74,19 @@ def _message(record: logging.LogRecord) -> str:
 
 
 def _one_line(text: str, limit: int = 200) -> str:
-    text = " ".join(str(text).split())
+    """`text` on one line, without mlperf_logging's install folder, cut to `limit`."""
+    text = str(text)
+    if _PACKAGE_DIR:
+        text = text.replace(_PACKAGE_DIR, "")
+    text = " ".join(text.split())
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _describe(exc: BaseException) -> str:
+    """`Type: message` of an exception raised inside an official tool, short."""
+    if isinstance(exc, OSError) and exc.filename:
+        return f"{type(exc).__name__}: {Path(str(exc.filename)).name}: {exc.strerror}"
+    return f"{type(exc).__name__}: {_one_line(exc, 100)}"
 
 
 def available_rulesets() -> list[str]:
@@ -108,7 +125,7 @@ _AT_LEAST_ONE_CHECK = re.compile(r"Failed checks for (?P<key>\S+) : (?P<test>.*)
 
 
 class _Locator:
-    """Finds the file line of an official message (its lines count only `:::MLLOG` lines)."""
+    """Finds the file line an official message is about when the message does not say."""
 
     def __init__(self, parsed: ParsedLog) -> None:
         self.parsed = parsed
@@ -117,10 +134,6 @@ class _Locator:
         for record in parsed.records:
             self.by_text.setdefault(record.text, record.line)
             self.by_key.setdefault(record.key, []).append(record.line)
-
-    def index(self, n: int) -> int:
-        lines = self.parsed.mllog_lines
-        return lines[n] if 0 <= n < len(lines) else 0
 
     def text(self, full_string: str) -> int:
         return self.by_text.get(full_string.strip(), 0)
@@ -137,7 +150,7 @@ def _compliance_problem(path: str, text: str, locate: _Locator, severity: str,
     if match:
         test = _FAILED_TEST.search(text)
         detail = test.group("test").strip() if test else "check failed"
-        return Problem(path, locate.index(int(match.group("n"))), f"official/{match['key']}",
+        return Problem(path, int(match.group("n")), f"official/{match['key']}",
                        f"check failed: {detail}", severity)
     if text.startswith("Failed executing"):
         trigger = _TRIGGERED.search(text)
@@ -170,15 +183,36 @@ def _compliance_problem(path: str, text: str, locate: _Locator, severity: str,
     return Problem(path, 0, f"official/{key_hint or 'compliance'}", _one_line(text), severity)
 
 
-def run_compliance(parsed: ParsedLog, ruleset: str = DEFAULT_RULESET) -> ComplianceOutcome:
-    """Run the official compliance checker on the log file behind `parsed`.
+def _official_loglines(parsed: ParsedLog, ruleset: str) -> tuple[list, list[tuple[int, str]]]:
+    """The official parser's (loglines, errors) for the log's `:::MLLOG` lines.
 
-    parsed: the same file read by `benchmark.mllog_parse` (used to map line numbers).
-    ruleset: e.g. "1.0.0"; the checker starts at `training_<ruleset>/common.yaml`.
+    Each line goes through the ruleset's own `string_to_logline`, as its `parse_file` does,
+    with the file line number as `lineno`. Only the splitting of the file into lines is ours
+    (the same lines; its `re.sub` on every line is quadratic and takes minutes on a long
+    garbage line). A ValueError is a parse error, as there; any other exception propagates,
+    as there.
+    """
+    module = importlib.import_module(
+        f"mlperf_logging.compliance_checker.mlp_parser.ruleset_{ruleset.replace('.', '')}")
+    loglines, errors = [], []
+    for line_no, text in zip(parsed.mllog_lines, parsed.mllog_texts):
+        try:
+            loglines.append(module.string_to_logline(line_no, text))
+        except ValueError as exc:
+            errors.append((line_no, str(exc)))
+    return loglines, errors
+
+
+def run_compliance(parsed: ParsedLog, ruleset: str = DEFAULT_RULESET) -> ComplianceOutcome:
+    """Run the official compliance checker (its parser, engine and YAML rules) on a log.
+
+    parsed: the log read by `benchmark.mllog_parse`.
+    ruleset: e.g. "1.0.0"; the checker starts at `training_<ruleset>/common.yaml`, which
+        picks closed or open rules from the log's submission_division.
     """
     path = parsed.path
     try:
-        from mlperf_logging.compliance_checker import mlp_compliance, mlp_parser
+        from mlperf_logging.compliance_checker import mlp_compliance
     except Exception as exc:  # noqa: BLE001
         return ComplianceOutcome(False, True, [Problem(
             path, 0, "official/unavailable",
@@ -189,8 +223,11 @@ def run_compliance(parsed: ParsedLog, ruleset: str = DEFAULT_RULESET) -> Complia
     mlp_compliance.enqueued_configs.clear()
     with _captured():
         try:
-            _, parse_errors = mlp_parser.parse_file(path, ruleset=ruleset)
-            valid = checker.check_file(path, f"{USAGE}_{ruleset}/common.yaml")
+            loglines, parse_errors = _official_loglines(parsed, ruleset)
+            if parse_errors:  # what ComplianceChecker.check_file does with parse errors
+                checker.put_message(PARSE_ERRORS)
+            checker.check_loglines(loglines, f"{USAGE}_{ruleset}/common.yaml")
+            valid = not checker.has_messages()
             crashed = None
         except Exception as exc:  # noqa: BLE001 - the official parser raises on some lines
             valid, crashed, parse_errors = False, exc, []
@@ -199,9 +236,8 @@ def run_compliance(parsed: ParsedLog, ruleset: str = DEFAULT_RULESET) -> Complia
     if crashed is not None:
         problems.append(Problem(
             path, 0, "official/crash",
-            f"the official compliance checker stopped with {type(crashed).__name__}: "
-            f"{_one_line(crashed, 100)}; it cannot accept this log"))
-        return ComplianceOutcome(False, True, problems)
+            f"the official compliance checker stopped with {_describe(crashed)}; "
+            "it cannot accept this log"))
     if parse_errors:
         problems.append(Problem(path, 0, "official/parse",
                                 f"{len(parse_errors)} line(s) could not be parsed "
@@ -211,12 +247,12 @@ def run_compliance(parsed: ParsedLog, ruleset: str = DEFAULT_RULESET) -> Complia
     for key, text in checker.overwritable.items():
         problems.append(_compliance_problem(path, text, locate, ERROR, key))
     for text in checker.not_overwritable:
-        if text == "Log lines had parsing errors.":
+        if text == PARSE_ERRORS:
             continue  # reported above with a count
         problems.append(_compliance_problem(path, text, locate, ERROR, None))
     if not valid and not any(p.severity == ERROR for p in problems):
         problems.append(Problem(path, 0, "official/compliance", "the compliance checker failed"))
-    return ComplianceOutcome(bool(valid), False, problems)
+    return ComplianceOutcome(bool(valid), crashed is not None, problems)
 
 
 # --------------------------------------------------------------------------------------------
@@ -270,8 +306,7 @@ def run_rcp(folder: str, batch_size: int | None, ruleset: str = DEFAULT_RULESET)
                 folder, USAGE, ruleset, False, False, rcp_pass="pruned_rcps",
                 rcp_bypass=False, set_scaling=False)
     except Exception as exc:  # noqa: BLE001 - it reads the logs with bare json.loads
-        return RcpOutcome(True, False, f"the RCP checker stopped with {type(exc).__name__}: "
-                                       f"{_one_line(exc, 100)}")
+        return RcpOutcome(True, False, f"the RCP checker stopped with {_describe(exc)}")
     return RcpOutcome(True, bool(passed), str(message), float(norm))
 
 
@@ -289,8 +324,7 @@ def system_description_problems(json_path: str, ruleset: str = DEFAULT_RULESET) 
             valid, *_ = system_desc_checker.check_system_desc(json_path, USAGE, ruleset)
     except Exception as exc:  # noqa: BLE001
         return [Problem(json_path, 0, "official/system-desc",
-                        f"the system description checker stopped with {type(exc).__name__}: "
-                        f"{_one_line(exc, 100)}")]
+                        f"the system description checker stopped with {_describe(exc)}")]
     if valid:
         return []
     problems = []
@@ -346,10 +380,9 @@ def run_package_checker(org_dir: str, ruleset: str = DEFAULT_RULESET) -> Package
         finally:
             mlp_compliance.enqueued_configs.clear()
         if crashed is not None:
-            text = _one_line(str(crashed).replace(str(copy), shown), 140)
+            text = _describe(crashed).replace(str(copy), shown)
             return PackageOutcome(False, [Problem(
-                shown, 0, "package/checker",
-                f"the package checker stopped with {type(crashed).__name__}: {text}")])
+                shown, 0, "package/checker", f"the package checker stopped with {text}")])
         problems = []
         success = False
         for record in log.records:

@@ -18,6 +18,7 @@ from benchmark.log_view import LogView, as_finite, as_int, as_number, is_valid_a
 from benchmark.problems import ERROR, WARNING, Problem
 
 Finding = tuple[int, str]
+MAX_FINDINGS = 4  # per rule and log; further findings are summarized in one line
 
 
 @dataclass(frozen=True)
@@ -335,7 +336,7 @@ def check_run_stop_status(view: LogView) -> Iterator[Finding]:
 
 
 def check_seed(view: LogView) -> Iterator[Finding]:
-    if view.first(k.SEED) is None:
+    if view.records and view.first(k.SEED) is None:
         yield 0, ("no 'seed' record; the package checker's seed check needs one per run "
                   "(closed division)")
 
@@ -409,6 +410,13 @@ def run_rules(view: LogView, rules: Iterable[Rule] = RULES) -> list[Problem]:
             findings = []
             problems.append(Problem(view.path, 0, f"internal/{rule.name}",
                                     f"rule failed on this log: {type(exc).__name__}: {exc}"))
-        for line, message in findings:
+        shown, rest = findings[:MAX_FINDINGS], findings[MAX_FINDINGS:]
+        for line, message in shown:
             problems.append(Problem(view.path, line, rule.name, message, rule.severity))
+        if rest:
+            lines = ", ".join(str(line) for line, _ in rest[:12]) + (", ..." if len(rest) > 12
+                                                                      else "")
+            problems.append(Problem(view.path, rest[0][0], rule.name,
+                                    f"{len(rest)} more like the above, on lines {lines}",
+                                    rule.severity))
     return problems

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from benchmark import log_keys as k
 from benchmark.log_check import LogReport, check_log
-from benchmark.official import (DEFAULT_RULESET, PackageOutcome, RcpOutcome, run_package_checker,
-                                run_rcp, system_description_problems)
+from benchmark.official import (DEFAULT_RULESET, LONGEST_LINE, PackageOutcome, RcpOutcome,
+                                run_package_checker, run_rcp, system_description_problems)
 from benchmark.problems import ERROR, WARNING, Problem, count_errors
 
 RUNS_PER_RESULT = 10  # BERT: result_0.txt ... result_9.txt (mlperf_logging's benchmark_meta)
@@ -126,6 +126,23 @@ def _result_files(folder: str) -> tuple[list[str], list[Problem]]:
     return [runs[n] for n in sorted(runs)], problems
 
 
+def _too_long_for_official_tools(logs: list[LogReport]) -> str | None:
+    """Why the official file-reading tools cannot be run on `logs` (None: they can).
+
+    They apply a regex to each `:::MLLOG` line that takes time quadratic in its length
+    (minutes for a 200 kB garbage line); such a line is never a valid record.
+    """
+    for log in logs:
+        if log.view is None:
+            continue
+        parsed = log.view.parsed
+        for line, text in zip(parsed.mllog_lines, parsed.mllog_texts):
+            if len(text) > LONGEST_LINE:
+                return (f"{log.path} line {line} is {len(text):,} characters long; the "
+                        "official tools would take minutes on it")
+    return None
+
+
 def check_result_folder(folder: str, ruleset: str = DEFAULT_RULESET,
                         official: bool = True) -> ResultFolder:
     """Check a folder of BERT runs (`result_0.txt` ... `result_9.txt`).
@@ -150,7 +167,11 @@ def check_result_folder(folder: str, ruleset: str = DEFAULT_RULESET,
     divisions = [log.view.division for log in result.logs
                  if log.view is not None and log.view.division_logged]
     result.division = divisions[0] if divisions else "closed"
-    if official and result.division == "closed" and result.logs:
+    too_long = _too_long_for_official_tools(result.logs)
+    if official and too_long:
+        result.problems.append(Problem(folder, 0, "rcp/convergence",
+                                       f"RCP check not run: {too_long}"))
+    elif official and result.division == "closed" and result.logs:
         batches = [log.view.batch_size for log in result.logs
                    if log.view is not None and log.view.batch_size is not None]
         result.rcp = run_rcp(folder, batches[0] if batches else None, ruleset)
@@ -227,7 +248,11 @@ def check_submission(org_dir: str, ruleset: str = DEFAULT_RULESET,
     if not report.folders:
         report.problems.append(Problem(str(results), 0, "submission/layout",
                                        "no results/<system>/bert folder"))
-    if official:
+    too_long = _too_long_for_official_tools([log for f in report.folders for log in f.logs])
+    if official and too_long:
+        report.package = PackageOutcome(False, [Problem(org_dir, 0, "package/checker",
+                                                        f"package checker not run: {too_long}")])
+    elif official:
         report.package = run_package_checker(org_dir, ruleset)
     return report
 

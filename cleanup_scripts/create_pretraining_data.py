@@ -317,27 +317,29 @@ class RecordBuilder:
     def features(self, batch: np.ndarray) -> "OrderedDict[str, np.ndarray]":
         """The seven feature arrays (one row per instance of `batch`), zero padded."""
         seq, max_pred = self.config.max_seq_length, self.config.max_predictions_per_seq
-        a_start, a_length = self.a_start[batch, None], self.a_length[batch, None]
-        b_start, b_length = self.b_start[batch, None], self.b_length[batch, None]
-        end = a_length + b_length + 3
-        col = np.arange(seq)[None, :]
-        in_a = (col >= 1) & (col <= a_length)
-        in_b = (col >= a_length + 2) & (col < end - 1)
-        source = np.where(in_a, a_start + col - 1, b_start + col - a_length - 2)
-        source = np.where(in_a | in_b, source, 0)
-        input_ids = np.where(in_a | in_b, self.tokens[source].astype(np.int64), 0)
-        input_ids[:, 0] = self.cls_id
-        input_ids[col == a_length + 1] = self.sep_id
-        input_ids[col == end - 1] = self.sep_id
+        tokens, cls_id, sep_id = self.tokens, self.cls_id, self.sep_id
+        a_length, b_length = self.a_length[batch], self.b_length[batch]
+        input_ids = np.zeros((len(batch), seq), dtype=np.int64)
+        for row, a_start, a_len, b_start, b_len in zip(
+                input_ids, self.a_start[batch].tolist(), a_length.tolist(),
+                self.b_start[batch].tolist(), b_length.tolist()):
+            row[0] = cls_id
+            row[1:a_len + 1] = tokens[a_start:a_start + a_len]
+            row[a_len + 1] = sep_id
+            row[a_len + 2:a_len + b_len + 2] = tokens[b_start:b_start + b_len]
+            row[a_len + b_len + 2] = sep_id
 
+        # Mark each masked position with its replacement (-1: kept); reading the marks back
+        # row by row gives every instance's positions in increasing order.
         counts = self.mask_count[batch]
-        rows = np.repeat(np.arange(len(batch)), counts)
+        picks = (np.repeat(self.mask_offset[batch] - np.cumsum(counts) + counts, counts)
+                 + np.arange(int(counts.sum())))
+        marks = np.full(input_ids.shape, -2, dtype=np.int32)
+        marks[np.repeat(np.arange(len(batch)), counts), self.mask_position[picks]] = \
+            self.mask_id[picks]
+        rows, positions = np.nonzero(marks != -2)
+        replacement = marks[rows, positions]
         rank = np.arange(rows.size) - np.repeat(np.cumsum(counts) - counts, counts)
-        picks = np.repeat(self.mask_offset[batch], counts) + rank
-        positions = self.mask_position[picks].astype(np.int64)
-        replacement = self.mask_id[picks].astype(np.int64)
-        by_position = np.lexsort((positions, rows))
-        positions, replacement = positions[by_position], replacement[by_position]
         labels = input_ids[rows, positions]
         replaced = replacement >= 0
         input_ids[rows[replaced], positions[replaced]] = replacement[replaced]
@@ -348,10 +350,12 @@ class RecordBuilder:
         masked_positions[rows, rank] = positions
         masked_ids[rows, rank] = labels
         masked_weights[rows, rank] = 1.0
+        col = np.arange(seq)
+        end = (a_length + b_length + 3)[:, None]
         columns = OrderedDict([
             ("input_ids", input_ids),
-            ("input_mask", (col < end).astype(np.int64)),
-            ("segment_ids", ((col >= a_length + 2) & (col < end)).astype(np.int64)),
+            ("input_mask", (col < end).view(np.uint8)),
+            ("segment_ids", ((col >= (a_length + 2)[:, None]) & (col < end)).view(np.uint8)),
             ("masked_lm_positions", masked_positions),
             ("masked_lm_ids", masked_ids),
             ("masked_lm_weights", masked_weights),

@@ -82,11 +82,13 @@ def varint_rows(values: np.ndarray) -> tuple[bytes, np.ndarray]:
 
     Negative values are written as their 64-bit two's complement (10 bytes), as protobuf does.
     """
-    values = np.ascontiguousarray(values, dtype=np.int64)
+    values = np.asarray(values)
     if values.size == 0:
         return b"", np.zeros(values.shape[0], dtype=np.int64)
-    if values.min() >= 0 and values.max() < 0x80:
-        return values.astype(np.uint8).tobytes(), np.full(values.shape[0], values.shape[1])
+    if values.dtype == np.uint8 and values.max() < 0x80 or values.min() >= 0 and values.max() < 0x80:
+        return (np.ascontiguousarray(values, dtype=np.uint8).tobytes(),
+                np.full(values.shape[0], values.shape[1]))
+    values = np.ascontiguousarray(values, dtype=np.int64)
     flat = values.view(np.uint64).ravel()
     nbytes = np.ones(flat.shape, dtype=np.uint8)
     for shift in range(7, 64, 7):

@@ -107,20 +107,34 @@ def strip_accents(text: str) -> str:
                    if unicodedata.category(char) != "Mn")
 
 
+class _PunctuationTable(dict):
+    """{code point: is_punctuation}, filled in lazily."""
+
+    def __missing__(self, char: str) -> bool:
+        value = self[char] = is_punctuation(char)
+        return value
+
+
+_PUNCTUATION = _PunctuationTable()
+# A word of ASCII letters and digits only: nothing to split, no accents to strip.
+_PLAIN_ASCII = re.compile(r"[A-Za-z0-9]+")
+
+
 def split_on_punctuation(text: str) -> list[str]:
     """Cut `text` around each punctuation character, which becomes a piece of its own."""
+    if _PLAIN_ASCII.fullmatch(text):
+        return [text]
+    punctuation = _PUNCTUATION
     pieces: list[str] = []
-    current: list[str] = []
-    for char in text:
-        if is_punctuation(char):
-            if current:
-                pieces.append("".join(current))
-                current = []
+    start = 0
+    for index, char in enumerate(text):
+        if punctuation[char]:
+            if start < index:
+                pieces.append(text[start:index])
             pieces.append(char)
-        else:
-            current.append(char)
-    if current:
-        pieces.append("".join(current))
+            start = index + 1
+    if start < len(text):
+        pieces.append(text[start:])
     return pieces
 
 
@@ -210,7 +224,9 @@ class BasicTokenizer:
         if self.preserved(word):
             return [word]
         if self.do_lower_case:
-            word = strip_accents(word.lower())
+            word = word.lower()
+            if not word.isascii():
+                word = strip_accents(word)
         # Lower-casing and NFD could in principle yield whitespace: split once more.
         return " ".join(split_on_punctuation(word)).split()
 

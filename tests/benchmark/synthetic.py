@@ -66,7 +66,7 @@ def accuracy_curve(spec: RunSpec) -> list[float]:
     curve = []
     for j in range(1, n + 1):
         late = 0.0009 * (n - j)
-        early = 0.38 * math.exp(-j * freq / 200_000)
+        early = 0.38 * (math.exp(-j * freq / 200_000) - math.exp(-n * freq / 200_000))
         noise = rng.uniform(-0.0002, 0.0002) if j < n - 1 else 0.0
         curve.append(round(top - late - early + noise, 6))
     return curve

@@ -1,0 +1,275 @@
+"""`make check`: check BERT logs or a submission tree against the official and the BERT rules.
+
+    python -m benchmark.check LOG [LOG ...]              one or more result logs
+    python -m benchmark.check results/<system>/bert      a folder of result_*.txt (+ RCP check)
+    python -m benchmark.check --submission submissions/<org>
+                              [--ruleset 1.0.0] [--format text|json|csv|markdown]
+                              [--plot accuracy.png] [--no-official]
+
+Prints one line per problem, `file:line: rule: message` (line 0: the whole file), then a table
+of the runs and the olympic score. Exit status: 0 no errors (warnings allowed), 1 errors found,
+2 the command itself could not run (bad arguments, --plot impossible).
+With --format json everything is one JSON object on stdout; with csv or markdown the table goes
+to stdout and the problem lines to stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from benchmark.log_check import LogReport, check_log
+from benchmark.official import DEFAULT_RULESET, PackageOutcome, RcpOutcome, available_rulesets
+from benchmark.problems import ERROR, WARNING, Problem, count_errors, sort_key
+from benchmark.submission import RESULT_NAME, check_result_folder, check_submission
+from benchmark import summary
+
+FORMATS = ("text", "json", "csv", "markdown")
+EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """The command line cannot be acted on; the message is the one line to print."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad command line in one line (and exit status 2)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{message} (see --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of `python -m benchmark.check`."""
+    parser = _Parser(prog="python -m benchmark.check",
+                     description="Check MLPerf BERT result logs or a submission tree.")
+    parser.add_argument("paths", nargs="*", metavar="PATH",
+                        help="a result log, a folder of result_*.txt, or a submission tree")
+    parser.add_argument("--submission", action="append", default=[], metavar="ORG_DIR",
+                        help="a submission tree: ORG_DIR/results/<system>/bert/result_N.txt "
+                             "and ORG_DIR/systems/<system>.json")
+    parser.add_argument("--ruleset", default=DEFAULT_RULESET,
+                        help=f"official ruleset for the mlperf_logging checkers "
+                             f"(default {DEFAULT_RULESET})")
+    parser.add_argument("--format", default="text", choices=FORMATS,
+                        help="output format of the results (default text)")
+    parser.add_argument("--plot", metavar="OUT.png",
+                        help="save eval accuracy vs samples trained per run (needs matplotlib)")
+    parser.add_argument("--no-official", dest="official", action="store_false",
+                        help="skip the mlperf_logging checkers (BERT rules only)")
+    return parser
+
+
+@dataclass
+class Group:
+    """Runs that share a table and a score (a result folder, or the logs given one by one)."""
+    label: str
+    reports: list[LogReport]
+    scored: list[bool]
+    rcp: RcpOutcome | None = None
+    package: PackageOutcome | None = None
+
+
+@dataclass
+class Verdict:
+    """Everything one invocation found."""
+    problems: list[Problem] = field(default_factory=list)
+    groups: list[Group] = field(default_factory=list)
+
+    @property
+    def errors(self) -> int:
+        """Number of errors."""
+        return count_errors(self.problems)
+
+
+def _is_submission(path: Path) -> bool:
+    return path.is_dir() and (path / "results").is_dir()
+
+
+def _is_result_folder(path: Path) -> bool:
+    return path.is_dir() and any(RESULT_NAME.fullmatch(p.name) or p.name.startswith("result_")
+                                 for p in path.iterdir())
+
+
+def run_checks(paths: Sequence[str], submissions: Sequence[str], ruleset: str,
+               official: bool) -> Verdict:
+    """Check every path (log, result folder or submission tree) and submission tree."""
+    verdict = Verdict()
+    loose: list[LogReport] = []
+    for raw in paths:
+        path = Path(raw)
+        if _is_submission(path):
+            submissions = [*submissions, raw]
+        elif path.is_dir() and _is_result_folder(path):
+            folder = check_result_folder(raw, ruleset, official)
+            verdict.problems += folder.all_problems()
+            verdict.groups.append(Group(raw, folder.logs, folder.scored, folder.rcp))
+        elif path.is_dir():
+            verdict.problems.append(Problem(raw, 0, "input/path",
+                                            "a folder with neither result_*.txt files nor a "
+                                            "results/ tree; nothing to check"))
+        else:
+            report = check_log(raw, ruleset, official)
+            loose.append(report)
+            verdict.problems += report.problems
+    if loose:
+        label = loose[0].path if len(loose) == 1 else f"{len(loose)} logs"
+        verdict.groups.insert(0, Group(label, loose, [True] * len(loose)))
+    for org in submissions:
+        report = check_submission(org, ruleset, official)
+        verdict.problems += report.problems + (report.package.problems if report.package else [])
+        for i, folder in enumerate(report.folders):
+            verdict.problems += folder.all_problems()
+            verdict.groups.append(Group(folder.folder, folder.logs, folder.scored, folder.rcp,
+                                        report.package if i == 0 else None))
+        if not report.folders and report.package is not None:
+            verdict.groups.append(Group(org, [], [], None, report.package))
+    verdict.problems = sorted(set(verdict.problems), key=sort_key)
+    return verdict
+
+
+def _rcp_line(rcp: RcpOutcome) -> str:
+    if not rcp.ran:
+        return f"RCP check: skipped ({rcp.message})"
+    result = "passed" if rcp.passed else "FAILED"
+    scale = f"; score normalization factor {rcp.norm_factor:.4f}" if rcp.norm_factor != 1 else ""
+    return f"RCP check: {result} ({rcp.message}){scale}"
+
+
+def _group_lines(group: Group, fmt: str) -> list[str]:
+    lines = []
+    if group.reports:
+        table = summary.runs_table(group.reports, group.scored)
+        score = summary.table_score(table)
+        lines += [f"== {group.label}: {len(group.reports)} run(s) ==",
+                  summary.render_table(table, fmt), summary.render_score(score)]
+        if score.minutes is not None and group.rcp and group.rcp.ran \
+                and group.rcp.norm_factor != 1:
+            lines.append(f"RCP-normalized score: {score.minutes * group.rcp.norm_factor:.2f} "
+                         "minutes")
+    if group.rcp is not None:
+        lines.append(_rcp_line(group.rcp))
+    if group.package is not None:
+        lines.append(f"package checker: {'passed' if group.package.passed else 'FAILED'}")
+    return lines
+
+
+def _verdict_line(verdict: Verdict) -> str:
+    errors = verdict.errors
+    warnings = len(verdict.problems) - errors
+    word = "FAILED" if errors else "PASSED"
+    return f"{word}: {errors} error(s), {warnings} warning(s)"
+
+
+def _json_number(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def render_json(verdict: Verdict) -> str:
+    """The verdict as one JSON object."""
+    groups = []
+    for group in verdict.groups:
+        table = summary.runs_table(group.reports, group.scored)
+        rows = [{key: (None if (not isinstance(v, str) and v is not None and _isna(v))
+                       else _json_number(_plain(v)))
+                 for key, v in row.items()} for row in table.to_dict(orient="records")]
+        entry = {"label": group.label, "runs": rows,
+                 "score": summary.score_dict(summary.table_score(table))}
+        if group.rcp is not None:
+            entry["rcp"] = {"ran": group.rcp.ran, "passed": group.rcp.passed,
+                            "message": group.rcp.message, "norm_factor": group.rcp.norm_factor}
+        if group.package is not None:
+            entry["package_checker"] = {"passed": group.package.passed}
+        groups.append(entry)
+    errors = verdict.errors
+    return json.dumps({"verdict": "fail" if errors else "pass", "errors": errors,
+                       "warnings": len(verdict.problems) - errors,
+                       "problems": [p.as_dict() for p in verdict.problems],
+                       "groups": groups}, indent=2, allow_nan=False)
+
+
+def _isna(value) -> bool:
+    try:
+        import pandas as pd
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def _plain(value):
+    """numpy/pandas scalars as plain Python values."""
+    return value.item() if hasattr(value, "item") else value
+
+
+def emit(verdict: Verdict, fmt: str, out=sys.stdout, err=sys.stderr) -> None:
+    """Print the verdict in `fmt`."""
+    if fmt == "json":
+        print(render_json(verdict), file=out)
+        return
+    problem_stream = out if fmt == "text" else err
+    for problem in verdict.problems:
+        print(problem.format(), file=problem_stream)
+    blocks = [_group_lines(group, fmt) for group in verdict.groups]
+    for lines in blocks:
+        if lines:
+            print(file=out)
+            print("\n".join(lines), file=out)
+    print(_verdict_line(verdict), file=problem_stream if fmt != "text" else out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the checker; returns the exit status."""
+    try:
+        args = build_parser().parse_args(argv)
+        if not args.paths and not args.submission:
+            raise UsageError("give a log, a result folder or --submission ORG_DIR "
+                             "(make check LOG=path or SUBMISSION=submissions/<org>)")
+        rulesets = available_rulesets()
+        if args.ruleset not in rulesets:
+            raise UsageError(f"unknown ruleset {args.ruleset!r}; choose from "
+                             f"{', '.join(rulesets)}")
+        if args.plot:
+            reason = summary.plot_available()
+            if reason:
+                raise UsageError(reason)
+            if not Path(args.plot).resolve().parent.is_dir():
+                raise UsageError(f"cannot write the plot: no folder {Path(args.plot).parent}")
+    except UsageError as exc:
+        print(f"check: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    verdict = run_checks(args.paths, args.submission, args.ruleset, args.official)
+    emit(verdict, args.format)
+    if args.plot:
+        try:
+            summary.plot_runs([r for g in verdict.groups for r in g.reports], args.plot)
+        except summary.PlotError as exc:
+            print(f"check: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    return EXIT_ERRORS if verdict.errors else EXIT_OK
+
+
+def entry_point() -> None:
+    """`python -m benchmark.check`: main() with a one-line message for anything unexpected."""
+    try:
+        status = main()
+    except KeyboardInterrupt:
+        print("check: interrupted", file=sys.stderr)
+        status = 130
+    except BrokenPipeError:  # output piped into e.g. `head`: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        status = EXIT_ERRORS
+    except Exception as exc:  # noqa: BLE001 - never a traceback, whatever the input
+        print(f"check: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        status = 3
+    sys.exit(status)
+
+
+if __name__ == "__main__":
+    entry_point()

@@ -1,0 +1,77 @@
+"""The BERT rules on small edits of a valid log: cadence at step boundaries, the optional eval
+at 0, the stop rule, the rule table itself."""
+from __future__ import annotations
+
+from benchmark import constants
+from benchmark.log_view import build_view
+from benchmark.mllog_parse import parse_text
+from benchmark.rules import RULES, check_eval_cadence, run_rules
+from tests.benchmark import gallery
+from tests.benchmark.synthetic import HYPERPARAMETERS_3072, RunSpec, write_run
+
+CLOSED = (gallery.LOGS / gallery.CLOSED).read_text()
+
+
+def bert_rules(text: str) -> set[str]:
+    view = build_view(parse_text(text, "log.txt"))
+    return {p.rule for p in run_rules(view) if p.severity == "error"}
+
+
+def edited(edit) -> str:
+    return "\n".join(edit(CLOSED.splitlines())) + "\n"
+
+
+def test_valid_logs_break_no_rule():
+    for name in gallery.VALID_SPECS:
+        assert bert_rules((gallery.LOGS / name).read_text()) == set()
+
+
+def test_rule_table_names_are_unique_and_described():
+    names = [rule.name for rule in RULES]
+    assert len(names) == len(set(names))
+    assert all(rule.summary and rule.severity in ("error", "warning") for rule in RULES)
+
+
+def test_step_boundary_cadence_is_accepted_for_every_reference_batch(tmp_path):
+    for batch in (256, 448, 1536, 3072, 8192):
+        hp = HYPERPARAMETERS_3072.__class__(**{**HYPERPARAMETERS_3072.__dict__,
+                                               "global_batch_size": batch})
+        path = tmp_path / f"run_{batch}.txt"
+        write_run(path, RunSpec(hyperparameters=hp, step_boundary=True, converge_at=5))
+        assert bert_rules(path.read_text()) == set(), batch
+
+
+def test_eval_at_zero_samples_is_optional():
+    def add_initial_eval(lines):
+        i = gallery.find(lines, "block_start")
+        evals = [gallery.record(lines[gallery.find(lines, key)])
+                 for key in ("eval_start", "eval_stop", "eval_accuracy")]
+        start_ms = gallery.record(lines[i])["time_ms"]
+        for obj in evals:
+            obj["metadata"]["epoch_num"] = 0
+            obj["time_ms"] = start_ms
+        evals[2]["value"] = constants.INITIAL_CHECKPOINT_MLM_ACCURACY
+        return lines[:i] + [gallery.render(o) for o in evals] + lines[i:]
+    assert bert_rules(edited(add_initial_eval)) == set()
+
+
+def test_cadence_messages_name_the_missing_eval():
+    view = build_view(parse_text(edited(gallery.drop_eval(3)), "log.txt"))
+    (line, message), = check_eval_cadence(view)
+    assert "600,000" in message and "750,000" in message
+
+
+def test_stopping_after_the_target_with_an_extra_eval_is_caught():
+    assert "bert/stop-at-target" in bert_rules(edited(gallery.train_past_target(1)))
+
+
+def test_open_division_has_no_target_rule():
+    text = (gallery.LOGS / gallery.OPEN).read_text()
+    lines = gallery.set_value("eval_accuracy", 0.70, -1)(text.splitlines())
+    assert bert_rules("\n".join(lines)) == set()
+
+
+def test_findings_beyond_the_cap_are_summarized_in_one_line():
+    problems = run_rules(build_view(parse_text(edited(gallery.remap_samples(2, 3)), "l")))
+    cadence = [p for p in problems if p.rule == "bert/eval-cadence"]
+    assert len(cadence) == 5 and "more like the above" in cadence[-1].message

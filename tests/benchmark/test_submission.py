@@ -1,0 +1,91 @@
+"""A synthetic submission tree passes; each way of breaking it is reported."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from benchmark.submission import check_result_folder, check_submission
+from tests.benchmark.helpers import SYSTEM, build_submission
+
+
+@pytest.fixture(scope="module")
+def valid_tree(tmp_path_factory):
+    return build_submission(tmp_path_factory.mktemp("submission"))
+
+
+@pytest.fixture
+def tree(valid_tree, tmp_path):
+    """A private copy of the valid tree to break."""
+    return shutil.copytree(valid_tree, tmp_path / valid_tree.name)
+
+
+def errors(report):
+    return [p for p in report.all_problems() if p.severity == "error"]
+
+
+def test_valid_tree_passes_every_check(valid_tree):
+    report = check_submission(str(valid_tree))
+    assert errors(report) == []
+    assert report.package.passed
+    folder, = report.folders
+    assert len(folder.logs) == 10 and all(folder.scored)
+    assert folder.rcp.ran and folder.rcp.passed, folder.rcp.message
+    assert not list(valid_tree.rglob("scaling.json"))  # the official tools wrote nothing here
+
+
+def test_missing_result_file_is_reported(tree):
+    (tree / "results" / SYSTEM / "bert" / "result_3.txt").unlink()
+    report = check_submission(str(tree))
+    found = {(p.path.rsplit("/", 1)[-1], p.rule) for p in errors(report)}
+    assert ("result_3.txt", "submission/result-files") in found
+    assert not report.package.passed  # the package checker counts files too
+
+
+def test_corrupted_system_json_is_reported_with_its_line(tree):
+    path = tree / "systems" / f"{SYSTEM}.json"
+    path.write_text('{\n  "submitter": "ExampleOrg",\n  "division": \n}\n')
+    report = check_submission(str(tree))
+    problem, = [p for p in errors(report) if p.rule == "submission/system-json"]
+    assert problem.path == str(path) and problem.line == 4
+    assert not report.package.passed
+
+
+def test_missing_system_json_and_fields_are_reported(tree):
+    path = tree / "systems" / f"{SYSTEM}.json"
+    desc = json.loads(path.read_text())
+    del desc["cooling"]
+    path.write_text(json.dumps(desc))
+    rules = {p.rule for p in errors(check_submission(str(tree)))}
+    assert "official/system-desc" in rules
+    path.unlink()
+    assert "submission/system-json" in {p.rule for p in errors(check_submission(str(tree)))}
+
+
+def test_one_failed_run_is_accepted_and_unscored_two_are_errors(tree):
+    bert = tree / "results" / SYSTEM / "bert"
+    for n in (2, 5):
+        log = bert / f"result_{n}.txt"
+        log.write_text(log.read_text().replace('"status": "success"', '"status": "aborted"'))
+        folder = check_result_folder(str(bert))
+        failing = [i for i, ok in enumerate(folder.scored) if not ok]
+        if n == 2:
+            assert failing == [2] and errors(folder) == []
+            assert any(p.severity == "warning" and "olympic" in p.message
+                       for p in folder.all_problems())
+        else:
+            assert failing == [2, 5] and {p.rule for p in errors(folder)} == {
+                "bert/run-stop-status"}
+
+
+def test_runs_must_agree_and_use_distinct_seeds(tree):
+    bert = tree / "results" / SYSTEM / "bert"
+    shutil.copy(bert / "result_0.txt", bert / "result_1.txt")
+    rules = {p.rule for p in errors(check_result_folder(str(bert)))}
+    assert "submission/seeds" in rules
+
+
+def test_not_a_submission_is_one_problem(tmp_path):
+    report = check_submission(str(tmp_path))
+    assert [p.rule for p in report.problems] == ["submission/layout"]
