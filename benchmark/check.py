@@ -21,11 +21,11 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, TextIO
 
 from benchmark.log_check import LogReport, check_log
 from benchmark.official import DEFAULT_RULESET, PackageOutcome, RcpOutcome, available_rulesets
-from benchmark.problems import ERROR, WARNING, Problem, count_errors, sort_key
+from benchmark.problems import Problem, count_errors, sort_key
 from benchmark.submission import RESULT_NAME, check_result_folder, check_submission
 from benchmark import summary
 
@@ -141,13 +141,11 @@ def _rcp_line(rcp: RcpOutcome) -> str:
     return f"RCP check: {result} ({rcp.message}){scale}"
 
 
-def _group_lines(group: Group, fmt: str) -> list[str]:
+def _facts(group: Group, score: summary.Score | None) -> list[str]:
+    """The one-line results of a group: score, RCP-normalized score, RCP, package checker."""
     lines = []
-    if group.reports:
-        table = summary.runs_table(group.reports, group.scored)
-        score = summary.table_score(table)
-        lines += [f"== {group.label}: {len(group.reports)} run(s) ==",
-                  summary.render_table(table, fmt), summary.render_score(score)]
+    if score is not None:
+        lines.append(summary.render_score(score))
         if score.minutes is not None and group.rcp and group.rcp.ran \
                 and group.rcp.norm_factor != 1:
             lines.append(f"RCP-normalized score: {score.minutes * group.rcp.norm_factor:.2f} "
@@ -157,6 +155,34 @@ def _group_lines(group: Group, fmt: str) -> list[str]:
     if group.package is not None:
         lines.append(f"package checker: {'passed' if group.package.passed else 'FAILED'}")
     return lines
+
+
+def _group_text(group: Group, fmt: str) -> str:
+    """A group as text (title, table, facts) or markdown (heading, table, bullet facts)."""
+    table = summary.runs_table(group.reports, group.scored) if group.reports else None
+    facts = _facts(group, summary.table_score(table) if table is not None else None)
+    title = f"{group.label}: {len(group.reports)} run(s)"
+    if fmt == "markdown":
+        parts = [f"### {title}"]
+        if table is not None:
+            parts.append(summary.render_table(table, "markdown"))
+        parts.append("\n".join(f"- {fact}" for fact in facts))
+        return "\n\n".join(parts)
+    parts = [f"== {title} =="]
+    if table is not None:
+        parts.append(summary.render_table(table, "text"))
+    return "\n".join(parts + facts)
+
+
+def _groups_csv(groups: list[Group]) -> str:
+    """Every run of every group as one CSV table, with a leading "group" column."""
+    import pandas as pd
+    tables = [summary.runs_table(g.reports, g.scored).assign(group=g.label)
+              for g in groups if g.reports]
+    if not tables:
+        return ",".join(["group", *summary.COLUMNS])
+    table = pd.concat(tables, ignore_index=True)
+    return summary.render_table(table[["group", *summary.COLUMNS]], "csv")
 
 
 def _verdict_line(verdict: Verdict) -> str:
@@ -208,20 +234,28 @@ def _plain(value):
     return value.item() if hasattr(value, "item") else value
 
 
-def emit(verdict: Verdict, fmt: str, out=sys.stdout, err=sys.stderr) -> None:
-    """Print the verdict in `fmt`."""
+def emit(verdict: Verdict, fmt: str, out: TextIO | None = None,
+         err: TextIO | None = None) -> None:
+    """Print the verdict in `fmt` to `out` (default stdout) and `err` (default stderr)."""
+    out = out or sys.stdout
+    err = err or sys.stderr
     if fmt == "json":
         print(render_json(verdict), file=out)
         return
-    problem_stream = out if fmt == "text" else err
+    side = out if fmt == "text" else err  # csv/markdown keep stdout for the table
     for problem in verdict.problems:
-        print(problem.format(), file=problem_stream)
-    blocks = [_group_lines(group, fmt) for group in verdict.groups]
-    for lines in blocks:
-        if lines:
+        print(problem.format(), file=side)
+    if fmt == "csv":
+        print(_groups_csv(verdict.groups), file=out)
+        for group in verdict.groups:
+            table = summary.runs_table(group.reports, group.scored) if group.reports else None
+            for fact in _facts(group, summary.table_score(table) if table is not None else None):
+                print(f"{group.label}: {fact}", file=err)
+    else:
+        for group in verdict.groups:
             print(file=out)
-            print("\n".join(lines), file=out)
-    print(_verdict_line(verdict), file=problem_stream if fmt != "text" else out)
+            print(_group_text(group, fmt), file=out)
+    print(_verdict_line(verdict), file=side)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -49,13 +49,17 @@ class _Collect(logging.Handler):
 
 
 @contextlib.contextmanager
-def _captured() -> Iterator[_Collect]:
-    """Capture root-logger records, stdout, stderr and Python warnings for the block."""
+def _captured(level: int | None = logging.INFO) -> Iterator[_Collect]:
+    """Capture stdout, stderr, Python warnings and (from `level` up) root-logger records for
+    the block; level None silences logging altogether (for tools whose verdict is returned)."""
     root = logging.getLogger()
     handler = _Collect()
-    saved_level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
+    saved_level, saved_disable = root.level, logging.root.manager.disable
+    if level is None:
+        logging.disable(logging.CRITICAL)
+    else:
+        root.addHandler(handler)
+        root.setLevel(level)
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
                 warnings.catch_warnings():
@@ -64,6 +68,7 @@ def _captured() -> Iterator[_Collect]:
     finally:
         root.removeHandler(handler)
         root.setLevel(saved_level)
+        logging.disable(saved_disable)
 
 
 def _message(record: logging.LogRecord) -> str:
@@ -131,8 +136,9 @@ class _Locator:
         self.parsed = parsed
         self.by_text: dict[str, int] = {}
         self.by_key: dict[str, list[int]] = {}
+        for line, text in zip(parsed.mllog_lines, parsed.mllog_texts):
+            self.by_text.setdefault(text, line)
         for record in parsed.records:
-            self.by_text.setdefault(record.text, record.line)
             self.by_key.setdefault(record.key, []).append(record.line)
 
     def text(self, full_string: str) -> int:
@@ -177,9 +183,9 @@ def _compliance_problem(path: str, text: str, locate: _Locator, severity: str,
         return Problem(path, 0, f"official/{match['key']}",
                        f"no {match['key']} record satisfies: {match['test'].strip()}", severity)
     if text.startswith("failed test:"):
+        test = text[len("failed test:"):].split("\ncurrent context")[0]
         return Problem(path, 0, f"official/{key_hint or 'end'}",
-                       f"end-of-log check failed: {_one_line(text.split(chr(10))[0][12:])}",
-                       severity)
+                       f"end-of-log check failed: {_one_line(test, 120)}", severity)
     return Problem(path, 0, f"official/{key_hint or 'compliance'}", _one_line(text), severity)
 
 
@@ -221,7 +227,7 @@ def run_compliance(parsed: ParsedLog, ruleset: str = DEFAULT_RULESET) -> Complia
     checker = mlp_compliance.make_checker(USAGE, ruleset, quiet=False, werror=False)
     problems: list[Problem] = []
     mlp_compliance.enqueued_configs.clear()
-    with _captured():
+    with _captured(None):
         try:
             loglines, parse_errors = _official_loglines(parsed, ruleset)
             if parse_errors:  # what ComplianceChecker.check_file does with parse errors
@@ -277,7 +283,7 @@ def rcp_batch_sizes(ruleset: str = DEFAULT_RULESET) -> list[int]:
     """Batch sizes with a BERT reference convergence point in `ruleset` (empty if none)."""
     try:
         from mlperf_logging.rcp_checker import rcp_checker
-        with _captured():
+        with _captured(None):
             checker = rcp_checker.RCP_Checker(USAGE, ruleset, "bert", verbose=False)
         return sorted(int(r["BS"]) for r in checker.rcp_data.values())
     except Exception:  # noqa: BLE001 - no RCPs for this ruleset
@@ -301,7 +307,7 @@ def run_rcp(folder: str, batch_size: int | None, ruleset: str = DEFAULT_RULESET)
                                        f"(RCPs: {listed})")
     try:
         from mlperf_logging.rcp_checker import rcp_checker
-        with _captured():
+        with _captured(None):
             passed, message, norm = rcp_checker.check_directory(
                 folder, USAGE, ruleset, False, False, rcp_pass="pruned_rcps",
                 rcp_bypass=False, set_scaling=False)
@@ -320,7 +326,7 @@ def system_description_problems(json_path: str, ruleset: str = DEFAULT_RULESET) 
     """
     try:
         from mlperf_logging.system_desc_checker import system_desc_checker
-        with _captured() as log:
+        with _captured(logging.ERROR) as log:
             valid, *_ = system_desc_checker.check_system_desc(json_path, USAGE, ruleset)
     except Exception as exc:  # noqa: BLE001
         return [Problem(json_path, 0, "official/system-desc",

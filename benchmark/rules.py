@@ -42,7 +42,15 @@ def _show(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def _bounds(hp: k.Hyperparameter) -> str:
+    """The allowed range of a hyperparameter in words: ">= 1", "> 0 and < 1"."""
+    low = None if hp.minimum is None else (">" if hp.minimum_open else ">=") + f" {hp.minimum:g}"
+    high = None if hp.maximum is None else ("<" if hp.maximum_open else "<=") + f" {hp.maximum:g}"
+    return " and ".join(b for b in (low, high) if b)
+
+
 def _target() -> str:
+    """The target accuracy for messages: 0.720."""
     return f"{constants.TARGET_MLM_ACCURACY:.3f}"
 
 
@@ -56,6 +64,7 @@ def _keys(view: LogView, *keys: str) -> list:
 # Checks. Each takes a LogView and yields (line, message).
 
 def check_benchmark(view: LogView) -> Iterator[Finding]:
+    """submission_benchmark names BERT."""
     record = view.first(k.SUBMISSION_BENCHMARK)
     if record is not None and record.value != k.BENCHMARK_NAME:
         yield record.line, (f"submission_benchmark is {_show(record.value)}; this checker checks "
@@ -63,6 +72,7 @@ def check_benchmark(view: LogView) -> Iterator[Finding]:
 
 
 def check_timestamps(view: LogView) -> Iterator[Finding]:
+    """time_ms never decreases from one record to the next."""
     previous = None
     for record in view.records:
         if not math.isfinite(record.time_ms):
@@ -75,6 +85,7 @@ def check_timestamps(view: LogView) -> Iterator[Finding]:
 
 
 def check_run_interval(view: LogView) -> Iterator[Finding]:
+    """No block, epoch or eval record before run_start or after run_stop."""
     start, stop = view.run_start, view.run_stop
     training = _keys(view, *k.TRAINING_KEYS)
     if start is not None:
@@ -92,6 +103,7 @@ def check_run_interval(view: LogView) -> Iterator[Finding]:
 
 
 def check_hyperparameters(view: LogView) -> Iterator[Finding]:
+    """Each logged hyperparameter has its type and range (log_keys.HYPERPARAMETERS)."""
     for hp in k.HYPERPARAMETERS:
         record = view.first(hp.key)
         if record is None:
@@ -107,20 +119,20 @@ def check_hyperparameters(view: LogView) -> Iterator[Finding]:
         high_ok = hp.maximum is None or (number < hp.maximum if hp.maximum_open
                                          else number <= hp.maximum)
         if not (low_ok and high_ok):
-            low = "" if hp.minimum is None else ("> " if hp.minimum_open else ">= ") + f"{hp.minimum:g}"
-            high = "" if hp.maximum is None else ("< " if hp.maximum_open else "<= ") + f"{hp.maximum:g}"
-            bounds = " and ".join(b for b in (low, high) if b)
-            yield record.line, f"{hp.key} is {_show(value)}; it must be {bounds} ({hp.meaning})"
+            yield record.line, (f"{hp.key} is {_show(value)}; it must be {_bounds(hp)} "
+                                f"({hp.meaning})")
 
 
 def check_eval_samples(view: LogView) -> Iterator[Finding]:
+    """eval_samples is 10,000."""
     for record in view.all(k.EVAL_SAMPLES):
         if as_int(record.value) != constants.EVAL_SAMPLES:
-            yield record.line, (f"eval_samples is {_show(record.value)}; BERT evaluates on exactly "
-                                f"{constants.EVAL_SAMPLES:,} samples")
+            yield record.line, (f"eval_samples is {_show(record.value)}; BERT evaluates on "
+                                f"exactly {constants.EVAL_SAMPLES:,} samples")
 
 
 def check_train_samples(view: LogView) -> Iterator[Finding]:
+    """train_samples is a count not below the samples of the last eval."""
     evaluated = [ev.samples for ev in view.evals if ev.samples is not None]
     for record in view.all(k.TRAIN_SAMPLES):
         value = as_int(record.value)
@@ -132,22 +144,24 @@ def check_train_samples(view: LogView) -> Iterator[Finding]:
 
 
 def check_eval_epoch_num(view: LogView) -> Iterator[Finding]:
+    """epoch_num of eval records is a non-negative integer (samples trained)."""
     for record in _keys(view, k.EVAL_START, k.EVAL_STOP, k.EVAL_ACCURACY):
         if k.EPOCH_NUM not in record.metadata:
             continue  # the official checker requires it
         raw = record.metadata[k.EPOCH_NUM]
         samples = as_int(raw)
         if samples is None or samples < 0:
-            yield record.line, (f"{record.key} epoch_num is {_show(raw)}; for BERT it is the number of "
-                                "samples trained, a non-negative integer")
+            yield record.line, (f"{record.key} epoch_num is {_show(raw)}; for BERT it is the "
+                                "number of samples trained, a non-negative integer")
 
 
 def check_eval_accuracy(view: LogView) -> Iterator[Finding]:
+    """eval_accuracy values are finite numbers in [0, 1)."""
     for ev in view.evals:
         number = as_number(ev.record.value)
         if number is None or not math.isfinite(number) or not is_valid_accuracy(number):
-            yield ev.line, (f"eval_accuracy is {_show(ev.record.value)}; masked-LM accuracy must be a "
-                            "finite number in [0, 1)")
+            yield ev.line, (f"eval_accuracy is {_show(ev.record.value)}; masked-LM accuracy "
+                            "must be a finite number in [0, 1)")
 
 
 def check_eval_sequence(view: LogView) -> Iterator[Finding]:
@@ -170,8 +184,8 @@ def check_eval_sequence(view: LogView) -> Iterator[Finding]:
             if started is None:
                 yield record.line, "eval_stop without an eval_start before it"
             elif started.metadata.get(k.EPOCH_NUM) != samples:
-                yield record.line, (f"eval_stop epoch_num {_show(samples)} differs from its eval_start "
-                                    f"(line {started.line}: "
+                yield record.line, (f"eval_stop epoch_num {_show(samples)} differs from its "
+                                    f"eval_start (line {started.line}: "
                                     f"{_show(started.metadata.get(k.EPOCH_NUM))})")
             if stopped is not None:
                 yield stopped.line, "eval_stop is not followed by its eval_accuracy"
@@ -288,6 +302,7 @@ def check_blocks(view: LogView) -> Iterator[Finding]:
 
 
 def check_target_reached(view: LogView) -> Iterator[Finding]:
+    """A stopped closed run has an eval at or above the target."""
     if view.run_stop is None or view.first_at_target is not None:
         return
     scored = [ev for ev in view.evals if ev.accuracy is not None]
@@ -300,6 +315,7 @@ def check_target_reached(view: LogView) -> Iterator[Finding]:
 
 
 def check_stop_at_target(view: LogView) -> Iterator[Finding]:
+    """Nothing is trained or evaluated after the first eval at target; run_stop follows."""
     hit = view.first_at_target
     if hit is None:
         return
@@ -316,6 +332,7 @@ def check_stop_at_target(view: LogView) -> Iterator[Finding]:
 
 
 def check_run_stop_status(view: LogView) -> Iterator[Finding]:
+    """run_stop status is success or aborted; closed: success exactly when at target."""
     stop = view.run_stop
     if stop is None or k.STATUS not in stop.metadata:
         return  # the official checker requires run_stop and its status
@@ -336,17 +353,20 @@ def check_run_stop_status(view: LogView) -> Iterator[Finding]:
 
 
 def check_seed(view: LogView) -> Iterator[Finding]:
+    """A seed record exists (the package checker's seed check needs it)."""
     if view.records and view.first(k.SEED) is None:
         yield 0, ("no 'seed' record; the package checker's seed check needs one per run "
                   "(closed division)")
 
 
 def check_event_types(view: LogView) -> Iterator[Finding]:
+    """Interval keys carry the event_type mllog writes for them."""
     for record in view.records:
         expected = k.INTERVAL_EVENT_TYPES.get(record.key)
         if expected is not None and record.event_type is not None \
                 and record.event_type != expected:
-            yield record.line, f"{record.key} has event_type {_show(record.event_type)}, not {_show(expected)}"
+            yield record.line, (f"{record.key} has event_type {_show(record.event_type)}, "
+                                f"not {_show(expected)}")
 
 
 # --------------------------------------------------------------------------------------------

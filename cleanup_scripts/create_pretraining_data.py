@@ -258,23 +258,29 @@ class InstanceMaker:
     def _mask(self, a_length: int, b_length: int) -> None:
         """Choose the masked positions of one instance and what replaces each token."""
         config, out = self.config, self.out
-        rand, randint = self.rng.random, self.rng.randint
+        rand, random_word, mask_id = self.rng.random, self._random_word, config.mask_id
         candidates = self.shuffled_candidates(a_length, b_length)
         num_tokens = a_length + b_length + 3
         num_to_predict = min(config.max_predictions_per_seq,
                              max(1, int(round(num_tokens * config.masked_lm_prob))))
         chosen = candidates[:num_to_predict]
-        replacements = []
-        for _ in chosen:
-            if rand() < 0.8:
-                replacements.append(config.mask_id)
-            elif rand() < 0.5:
-                replacements.append(-1)
-            else:
-                replacements.append(randint(0, config.vocab_size - 1))
+        # Per position, in order: [MASK] with random() < 0.8, else the token kept (-1) with
+        # random() < 0.5, else a random vocabulary id (randint(0, vocab_size - 1)).
+        replacements = [mask_id if rand() < 0.8 else -1 if rand() < 0.5 else random_word()
+                        for _ in chosen]
         out.mask_count.append(len(chosen))
         out.mask_position.extend(chosen)
         out.mask_id.extend(replacements)
+
+    def _random_word(self) -> int:
+        """`rng.randint(0, vocab_size - 1)`, with the same `getrandbits` calls, inlined."""
+        size = self.config.vocab_size
+        bits = size.bit_length()
+        getrandbits = self.rng.getrandbits
+        word = getrandbits(bits)
+        while word >= size:
+            word = getrandbits(bits)
+        return word
 
 
 def create_instances(corpus: Corpus, config: MaskingConfig, dupe_factor: int,

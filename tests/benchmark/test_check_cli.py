@@ -49,7 +49,7 @@ def test_json_format_is_one_document(capsys):
 def test_csv_goes_to_stdout_and_problems_to_stderr(capsys):
     status, out, err = run_main(capsys, VALID, PAST_TARGET, "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(out.strip())))
-    assert [r["run"] for r in rows] == ["closed_bs256.txt", "training-past-target.txt"]
+    assert [r["run"] for r in rows] == [VALID, PAST_TARGET]
     assert "bert/stop-at-target" in err and status == 1
 
 

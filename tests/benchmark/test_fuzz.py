@@ -78,6 +78,7 @@ def test_command_line_never_prints_a_traceback(tmp_path):
     for fmt in ("json", "text"):
         result = subprocess.run([sys.executable, "-m", "benchmark.check", *map(str, paths),
                                  str(tmp_path), "--format", fmt], capture_output=True,
-                                text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)})
+                                text=True, cwd=tmp_path,
+                                env={**os.environ, "PYTHONPATH": str(REPO)})
         assert result.returncode == 1
         assert "Traceback" not in result.stderr + result.stdout
