@@ -10,8 +10,12 @@ NWORKER  ?= 0
 PREPROCESS_ARGS ?=
 # make verify: a directory holding official artifacts (or a preprocess output).
 DIR      ?= $(OUT)
+# make check: a log, a results folder, or a submission tree.
+LOG        ?=
+SUBMISSION ?=
+CHECK_ARGS ?=
 
-.PHONY: install test test-all preprocess verify clean-build
+.PHONY: install test test-all preprocess verify check clean-build
 
 install:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +35,9 @@ preprocess:
 
 verify:
 	$(PY) -m cleanup_scripts.verify $(DIR)
+
+check:
+	$(PY) -m benchmark.check $(LOG) $(if $(SUBMISSION),--submission $(SUBMISSION)) $(CHECK_ARGS)
 
 clean-build:
 	rm -rf build

@@ -26,7 +26,7 @@ from typing import Sequence, TextIO
 from benchmark.log_check import LogReport, check_log
 from benchmark.official import DEFAULT_RULESET, PackageOutcome, RcpOutcome, available_rulesets
 from benchmark.problems import Problem, count_errors, sort_key
-from benchmark.submission import RESULT_NAME, check_result_folder, check_submission
+from benchmark.submission import check_result_folder, check_submission
 from benchmark import summary
 
 FORMATS = ("text", "json", "csv", "markdown")
@@ -88,12 +88,16 @@ class Verdict:
 
 
 def _is_submission(path: Path) -> bool:
+    """A folder holding results/ (a submission tree)."""
     return path.is_dir() and (path / "results").is_dir()
 
 
 def _is_result_folder(path: Path) -> bool:
-    return path.is_dir() and any(RESULT_NAME.fullmatch(p.name) or p.name.startswith("result_")
-                                 for p in path.iterdir())
+    """A folder holding result_* files (one benchmark's runs)."""
+    try:
+        return path.is_dir() and any(p.name.startswith("result_") for p in path.iterdir())
+    except OSError:
+        return False
 
 
 def run_checks(paths: Sequence[str], submissions: Sequence[str], ruleset: str,
@@ -122,9 +126,8 @@ def run_checks(paths: Sequence[str], submissions: Sequence[str], ruleset: str,
         verdict.groups.insert(0, Group(label, loose, [True] * len(loose)))
     for org in submissions:
         report = check_submission(org, ruleset, official)
-        verdict.problems += report.problems + (report.package.problems if report.package else [])
+        verdict.problems += report.all_problems()
         for i, folder in enumerate(report.folders):
-            verdict.problems += folder.all_problems()
             verdict.groups.append(Group(folder.folder, folder.logs, folder.scored, folder.rcp,
                                         report.package if i == 0 else None))
         if not report.folders and report.package is not None:
@@ -192,10 +195,18 @@ def _verdict_line(verdict: Verdict) -> str:
     return f"{word}: {errors} error(s), {warnings} warning(s)"
 
 
-def _json_number(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+def _json_rows(table) -> list[dict]:
+    """Table rows as JSON-ready dicts: missing values and non-finite floats become null."""
+    rows = []
+    for row in table.astype(object).to_dict(orient="records"):
+        clean = {}
+        for key, value in row.items():
+            value = value.item() if hasattr(value, "item") else value  # numpy scalars
+            missing = value is None or (isinstance(value, float) and not math.isfinite(value))
+            clean[key] = None if missing or (not isinstance(value, (str, bool, int, float))) \
+                else value
+        rows.append(clean)
+    return rows
 
 
 def render_json(verdict: Verdict) -> str:
@@ -203,10 +214,7 @@ def render_json(verdict: Verdict) -> str:
     groups = []
     for group in verdict.groups:
         table = summary.runs_table(group.reports, group.scored)
-        rows = [{key: (None if (not isinstance(v, str) and v is not None and _isna(v))
-                       else _json_number(_plain(v)))
-                 for key, v in row.items()} for row in table.to_dict(orient="records")]
-        entry = {"label": group.label, "runs": rows,
+        entry = {"label": group.label, "runs": _json_rows(table),
                  "score": summary.score_dict(summary.table_score(table))}
         if group.rcp is not None:
             entry["rcp"] = {"ran": group.rcp.ran, "passed": group.rcp.passed,
@@ -219,19 +227,6 @@ def render_json(verdict: Verdict) -> str:
                        "warnings": len(verdict.problems) - errors,
                        "problems": [p.as_dict() for p in verdict.problems],
                        "groups": groups}, indent=2, allow_nan=False)
-
-
-def _isna(value) -> bool:
-    try:
-        import pandas as pd
-        return bool(pd.isna(value))
-    except (TypeError, ValueError):
-        return False
-
-
-def _plain(value):
-    """numpy/pandas scalars as plain Python values."""
-    return value.item() if hasattr(value, "item") else value
 
 
 def emit(verdict: Verdict, fmt: str, out: TextIO | None = None,

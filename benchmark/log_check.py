@@ -10,7 +10,7 @@ from benchmark.log_view import LogView, build_view
 from benchmark.mllog_parse import LogReadError, ParsedLog, parse_log
 from benchmark.official import DEFAULT_RULESET, ComplianceOutcome, run_compliance
 from benchmark.problems import Problem, count_errors, sort_key
-from benchmark.rules import run_rules
+from benchmark.rules import NOT_LOGGED, run_rules
 
 
 @dataclass
@@ -38,6 +38,23 @@ class LogReport:
         return self.errors == 0
 
 
+def _drop_official_duplicates(problems: list[Problem], official: list[Problem]) -> list[Problem]:
+    """`problems` without the missing hyperparameters the official checker already reports
+    (one line per problem)."""
+    reported = {p.rule.split("/", 1)[1] for p in official}
+    kept = []
+    for problem in problems:
+        if problem.rule == "bert/hyperparameters" and problem.message.startswith(NOT_LOGGED):
+            keys = [key for key in problem.message[len(NOT_LOGGED):].split(", ")
+                    if key not in reported]
+            if not keys:
+                continue
+            problem = Problem(problem.path, problem.line, problem.rule,
+                              NOT_LOGGED + ", ".join(keys), problem.severity)
+        kept.append(problem)
+    return kept
+
+
 def check_parsed(parsed: ParsedLog, ruleset: str = DEFAULT_RULESET,
                  official: bool = True) -> LogReport:
     """Apply the BERT rules and (if `official`) the official checker to a parsed log."""
@@ -46,7 +63,7 @@ def check_parsed(parsed: ParsedLog, ruleset: str = DEFAULT_RULESET,
     outcome = None
     if official:
         outcome = run_compliance(parsed, ruleset)
-        problems += outcome.problems
+        problems = _drop_official_duplicates(problems, outcome.problems) + outcome.problems
     unique = sorted(set(problems), key=sort_key)
     return LogReport(parsed.path, view, outcome, unique)
 
@@ -57,4 +74,9 @@ def check_log(path: str, ruleset: str = DEFAULT_RULESET, official: bool = True) 
         parsed = parse_log(path)
     except LogReadError as exc:
         return LogReport(path, problems=[Problem(path, 0, "log/read", f"cannot read: {exc}")])
-    return check_parsed(parsed, ruleset, official)
+    try:
+        return check_parsed(parsed, ruleset, official)
+    except Exception as exc:  # noqa: BLE001 - one odd log must not stop the others
+        return LogReport(path, problems=[Problem(
+            path, 0, "internal/crash",
+            f"the checker failed on this log ({type(exc).__name__}: {exc}); please report it")])

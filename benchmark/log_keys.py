@@ -76,9 +76,13 @@ class Hyperparameter:
     meaning: str = ""
 
 
+# Larger is no batch size (and would overflow the floats of the eval_frequency formula).
+MAX_GLOBAL_BATCH_SIZE = 1 << 40
+
 # The hyperparameters of a closed-division BERT run (ruleset 1.0.0), in logging order.
 HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
-    Hyperparameter(mlc.GLOBAL_BATCH_SIZE, "int", 1, meaning="sequences per optimizer step"),
+    Hyperparameter(mlc.GLOBAL_BATCH_SIZE, "int", 1, MAX_GLOBAL_BATCH_SIZE,
+                   meaning="sequences per optimizer step"),
     Hyperparameter(mlc.GRADIENT_ACCUMULATION_STEPS, "int", 1,
                    meaning="micro-batches accumulated per step"),
     Hyperparameter(mlc.OPT_BASE_LR, "float", 0, minimum_open=True, meaning="LAMB learning rate"),

@@ -156,7 +156,7 @@ def build_view(parsed: ParsedLog) -> LogView:
     view.division = division if view.division_logged else "closed"
 
     batch = as_int(view.value(k.GLOBAL_BATCH_SIZE))
-    if batch is not None and batch > 0:
+    if batch is not None and 0 < batch <= k.MAX_GLOBAL_BATCH_SIZE:
         view.batch_size = batch
         view.eval_frequency = constants.eval_frequency(batch)
 

@@ -19,6 +19,7 @@ from benchmark.problems import ERROR, WARNING, Problem
 
 TOKEN = ":::MLLOG "
 REQUIRED_FIELDS = ("time_ms", "key", "value", "metadata")
+MAX_DEPTH = 32  # MLPerf values are scalars or small lists/objects; deeper is garbage
 
 
 class LogReadError(Exception):
@@ -65,6 +66,20 @@ class ParsedLog:
     mllog_texts: list[str] = field(default_factory=list)
 
 
+def _too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether `value` nests lists/objects more than `limit` levels (checked without recursion)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return False
+
+
 def _fix_text(value: Any) -> Any:
     """Undo latin-1 decoding of UTF-8 inside JSON strings (for display only), recursively."""
     if isinstance(value, str):
@@ -97,7 +112,10 @@ def _timestamp(raw: Any) -> tuple[float | None, str | None]:
         except (TypeError, ValueError, OverflowError):
             return None, f"time_ms is {_short(raw)}, not a number"
         return as_float, f"time_ms is {_short(raw)} ({type(raw).__name__}), not a number"
-    value = float(raw)
+    try:
+        value = float(raw)
+    except OverflowError:  # an integer with hundreds of digits
+        return None, f"time_ms is {_short(raw)}, too large for a number of milliseconds"
     if not math.isfinite(value):
         return value, f"time_ms is {raw}, not a finite number"
     return value, None
@@ -119,6 +137,8 @@ def parse_line(line_no: int, full: str, path: str) -> tuple[LogRecord | None, li
         return bad(f"not valid JSON after ':::MLLOG ' ({reason}); truncated or corrupted line")
     if not isinstance(obj, dict):
         return bad(f"the JSON after ':::MLLOG ' is a {type(obj).__name__}, not an object")
+    if _too_deep(obj):
+        return bad(f"the record nests lists or objects more than {MAX_DEPTH} levels deep")
     missing = [name for name in REQUIRED_FIELDS if name not in obj]
     if missing:
         return bad(f"record lacks {', '.join(missing)}")

@@ -19,6 +19,7 @@ from benchmark.problems import ERROR, WARNING, Problem
 
 Finding = tuple[int, str]
 MAX_FINDINGS = 4  # per rule and log; further findings are summarized in one line
+NOT_LOGGED = "the closed division requires these hyperparameters, not logged: "
 
 
 @dataclass(frozen=True)
@@ -103,11 +104,15 @@ def check_run_interval(view: LogView) -> Iterator[Finding]:
 
 
 def check_hyperparameters(view: LogView) -> Iterator[Finding]:
-    """Each logged hyperparameter has its type and range (log_keys.HYPERPARAMETERS)."""
+    """Closed: every hyperparameter of log_keys.HYPERPARAMETERS is logged; any division: each
+    logged one has its type and range."""
+    missing = [hp.key for hp in k.HYPERPARAMETERS if view.first(hp.key) is None]
+    if missing and view.division == "closed":
+        yield 0, NOT_LOGGED + ", ".join(missing)
     for hp in k.HYPERPARAMETERS:
         record = view.first(hp.key)
         if record is None:
-            continue  # presence is the official checker's rule
+            continue
         value = record.value
         number = as_int(value) if hp.kind == "int" else as_finite(value)
         if number is None:
@@ -217,8 +222,8 @@ def check_eval_cadence(view: LogView) -> Iterator[Finding]:
     if batch is None or freq is None:
         record = view.first(k.GLOBAL_BATCH_SIZE)
         yield (record.line if record else 0), (
-            "cannot check the eval cadence: global_batch_size is missing or not a positive "
-            "integer")
+            "cannot check the eval cadence: global_batch_size is missing or not a usable "
+            "batch size")
         return
     rule = (f"evals come every {freq:,} samples for global_batch_size {batch} "
             f"(eval_frequency), at {freq:,}, {2 * freq:,}, ...")
@@ -253,31 +258,66 @@ def check_eval_cadence(view: LogView) -> Iterator[Finding]:
         expected = j + 1
 
 
+def _block_span(record) -> tuple[int, int] | None:
+    """(first, end) of a block_start whose first_epoch_num and epoch_count are usable."""
+    first = as_int(record.metadata.get(k.FIRST_EPOCH_NUM))
+    count = as_int(record.metadata.get(k.EPOCH_COUNT))
+    if first is None or count is None or count <= 0:
+        return None
+    return first, first + count
+
+
 def check_blocks(view: LogView) -> Iterator[Finding]:
-    """block_start/stop tile the samples trained: each block starts where the last ended and
-    the eval after a block is at the block's end (first_epoch_num + epoch_count)."""
+    """Blocks pair up (block_stop repeats its block_start's first_epoch_num) and tile the run:
+    each starts where the previous one ended.
+
+    BERT counts in samples, and when the blocks do too (some block ends where the eval after
+    it is logged), the blocks start at 0 and every eval is at the end of its block. A sample
+    count and the first step boundary at or after it (a multiple of the batch) count as the
+    same point, so blocks may carry nominal sizes (eval_frequency) while evals carry the
+    samples actually trained. Blocks in another unit (steps, epochs) are only checked for
+    pairing and tiling. After an inconsistency the count resynchronizes at the next eval, so
+    one bad number gives one or two findings, not one per block.
+    """
     if not view.all(k.BLOCK_START) and not view.all(k.BLOCK_STOP):
         return
-    trained = 0          # samples covered by closed blocks
-    open_block = None    # (record, first, end) of the block in progress
-    for record in _keys(view, k.BLOCK_START, k.BLOCK_STOP, k.EVAL_ACCURACY):
+    batch = view.batch_size
+
+    def same(a: int, b: int) -> bool:
+        if a == b:
+            return True
+        return batch is not None and (-(-a // batch) * batch == b or -(-b // batch) * batch == a)
+
+    sequence = _keys(view, k.BLOCK_START, k.BLOCK_STOP, k.EVAL_ACCURACY)
+    in_samples, span = False, None
+    for record in sequence:
+        if record.key == k.BLOCK_START:
+            span = _block_span(record)
+        elif record.key == k.EVAL_ACCURACY and span is not None:
+            samples = as_int(record.metadata.get(k.EPOCH_NUM))
+            in_samples = in_samples or (samples is not None and same(samples, span[1]))
+            span = None
+
+    trained: int | None = 0 if in_samples else None  # where the closed blocks end
+    open_block = None        # (record, first, end) of the block in progress
+    for record in sequence:
         meta = record.metadata
         if record.key == k.BLOCK_START:
             if open_block is not None:
                 yield record.line, (f"block_start while the block from line "
                                     f"{open_block[0].line} has no block_stop")
-            first, count = as_int(meta.get(k.FIRST_EPOCH_NUM)), as_int(meta.get(k.EPOCH_COUNT))
-            if first is None or count is None or count <= 0:
+            span = _block_span(record)
+            if span is None:
                 yield record.line, (
                     f"block_start has first_epoch_num {_show(meta.get(k.FIRST_EPOCH_NUM))} and "
-                    f"epoch_count {_show(meta.get(k.EPOCH_COUNT))}; both must be sample counts "
+                    f"epoch_count {_show(meta.get(k.EPOCH_COUNT))}; both must be counts "
                     "(epoch_count > 0)")
                 open_block = (record, None, None)
                 continue
-            if first != trained:
-                yield record.line, (f"block starts at {first:,} samples but the blocks before "
-                                    f"it end at {trained:,}")
-            open_block = (record, first, first + count)
+            if trained is not None and not same(span[0], trained):
+                yield record.line, (f"block starts at {span[0]:,} but the blocks before it "
+                                    f"end at {trained:,}")
+            open_block = (record, *span)
         elif record.key == k.BLOCK_STOP:
             if open_block is None:
                 yield record.line, "block_stop without a block_start before it"
@@ -288,17 +328,18 @@ def check_blocks(view: LogView) -> Iterator[Finding]:
                 yield record.line, (f"block_stop first_epoch_num "
                                     f"{_show(meta.get(k.FIRST_EPOCH_NUM))} does not match its "
                                     f"block_start (line {start.line}: {first:,})")
-            if end is not None:
-                trained = end
+            trained = end
             open_block = None
-        else:
+        elif in_samples:
             samples = as_int(meta.get(k.EPOCH_NUM))
             if samples is None or (samples == 0 and trained == 0):
                 continue
             end = open_block[2] if open_block is not None else trained
-            if end is not None and samples != end:
-                yield record.line, (f"eval at {_samples(samples)} samples but the block before "
-                                    f"it ends at {_samples(end)} samples")
+            if end is not None and not same(samples, end):
+                yield record.line, (f"eval at {samples:,} samples but the block before it ends "
+                                    f"at {end:,} samples")
+            if open_block is None:
+                trained = samples  # resynchronize on the eval
 
 
 def check_target_reached(view: LogView) -> Iterator[Finding]:
@@ -328,7 +369,7 @@ def check_stop_at_target(view: LogView) -> Iterator[Finding]:
         yield later[0].line, (f"training went on past the target: {later[0].key}{more} after "
                               f"{where}; the run must stop at the first eval at target")
     if view.run_stop is None:
-        yield 0, f"{where} but no run_stop follows (log truncated?)"
+        yield hit.line, f"{where} but no run_stop follows (log truncated?)"
 
 
 def check_run_stop_status(view: LogView) -> Iterator[Finding]:
@@ -337,6 +378,10 @@ def check_run_stop_status(view: LogView) -> Iterator[Finding]:
     if stop is None or k.STATUS not in stop.metadata:
         return  # the official checker requires run_stop and its status
     status = stop.metadata[k.STATUS]
+    others = [r for r in view.all(k.RUN_STOP)[1:] if r.metadata.get(k.STATUS) != status]
+    if others:
+        yield others[0].line, (f"a second run_stop says {_show(others[0].metadata.get(k.STATUS))}"
+                               f" after line {stop.line} said {_show(status)}")
     if status not in k.RUN_STOP_STATUSES:
         yield stop.line, (f"run_stop status is {_show(status)}; it must be "
                           f"{' or '.join(repr(s) for s in k.RUN_STOP_STATUSES)}")
@@ -379,7 +424,7 @@ RULES: tuple[Rule, ...] = (
     Rule("bert/run-interval", ERROR,
          "Blocks, epochs and evals lie between run_start and run_stop.", check_run_interval),
     Rule("bert/hyperparameters", ERROR,
-         "Each logged hyperparameter has the type and range the closed division needs.",
+         "The closed division's hyperparameters are logged, each with its type and range.",
          check_hyperparameters),
     Rule("bert/eval-samples", ERROR, f"eval_samples is {constants.EVAL_SAMPLES:,}.",
          check_eval_samples),

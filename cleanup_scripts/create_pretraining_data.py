@@ -170,14 +170,15 @@ class InstanceMaker:
         # Fisher-Yates shuffle as random.Random.shuffle makes them.
         most = config.max_seq_length - 3
         self._draws = [(i, (i + 1).bit_length()) for i in range(most - 1, 0, -1)]
+        self._positions = list(range(config.max_seq_length))
 
     def shuffled_candidates(self, a_length: int, b_length: int) -> list[int]:
         """Positions of the pair's tokens, shuffled as `rng.shuffle` would shuffle them.
 
         The same `getrandbits` calls as `random.Random.shuffle` (via `_randbelow`), inlined.
         """
-        candidates = list(range(1, a_length + 1))
-        candidates.extend(range(a_length + 2, a_length + b_length + 2))
+        positions = self._positions
+        candidates = positions[1:a_length + 1] + positions[a_length + 2:a_length + b_length + 2]
         getrandbits = self.rng.getrandbits
         draws = self._draws
         for i, bits in draws[len(draws) - len(candidates) + 1:]:

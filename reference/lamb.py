@@ -177,31 +177,47 @@ class Lamb(tf.Module):
         pairs = [(densify(g), v) for g, v in grads_and_vars if g is not None]
         self.build([v for _, v in pairs])
         lr = self.current_learning_rate(step)
-        beta_1 = tf.constant(self.beta_1, tf.float32)
-        beta_2 = tf.constant(self.beta_2, tf.float32)
-        epsilon = tf.constant(self.epsilon, tf.float32)
-        decay_rate = tf.constant(self.weight_decay_rate, tf.float32)
         beta_1_power = tf.identity(self.beta_1_power)
         beta_2_power = tf.identity(self.beta_2_power)
         for grad, var in pairs:
             m, v = self.slots(var)
-            m_t = m * beta_1 + grad * (1 - beta_1)
-            v_t = v * beta_2 + (grad * grad) * (1 - beta_2)
-            m.assign(m_t)
-            v.assign(v_t)
-            m_hat = m_t / (1.0 - beta_1_power)
-            v_hat = v_t / (1.0 - beta_2_power)
-            update = m_hat / (tf.sqrt(v_hat) + epsilon)
-            name = variable_name(var)
-            if self.uses_weight_decay(name):
-                update += decay_rate * var
-            ratio = 1.0
-            if self.uses_layer_adaptation(name):
-                w_norm = tf.norm(var, ord=2)
-                u_norm = tf.norm(update, ord=2)
-                ratio = tf.where(w_norm > 0, tf.where(u_norm > 0, w_norm / u_norm, 1.0), 1.0)
-            var.assign(var - ratio * lr * update)
-        self.beta_1_power.assign(beta_1_power * beta_1)
-        self.beta_2_power.assign(beta_2_power * beta_2)
-        self.iterations.assign_add(1)
+            self.update_variable(var, grad, m, v, lr, beta_1_power, beta_2_power,
+                                 name=variable_name(var))
+        self.finish_update(beta_1_power, beta_2_power)
         return lr
+
+    def update_variable(self, var, grad, m, v, lr, beta_1_power, beta_2_power,
+                        name: str | None = None) -> None:
+        """The LAMB update of one variable (and its moments), without the step bookkeeping.
+
+        `apply_gradients` calls this for each variable and then `finish_update`. A distributed
+        trainer calls it once per device copy (e.g. through `strategy.extended.update`), passing
+        the copy's moments; `name` is then the distributed variable's name (the exclusions are
+        decided on it), and `beta_*_power` the values read before the update.
+        """
+        name = variable_name(var) if name is None else name
+        beta_1 = tf.constant(self.beta_1, tf.float32)
+        beta_2 = tf.constant(self.beta_2, tf.float32)
+        epsilon = tf.constant(self.epsilon, tf.float32)
+        decay_rate = tf.constant(self.weight_decay_rate, tf.float32)
+        m_t = m * beta_1 + grad * (1 - beta_1)
+        v_t = v * beta_2 + (grad * grad) * (1 - beta_2)
+        m.assign(m_t)
+        v.assign(v_t)
+        m_hat = m_t / (1.0 - beta_1_power)
+        v_hat = v_t / (1.0 - beta_2_power)
+        update = m_hat / (tf.sqrt(v_hat) + epsilon)
+        if self.uses_weight_decay(name):
+            update += decay_rate * var
+        ratio = 1.0
+        if self.uses_layer_adaptation(name):
+            w_norm = tf.norm(var, ord=2)
+            u_norm = tf.norm(update, ord=2)
+            ratio = tf.where(w_norm > 0, tf.where(u_norm > 0, w_norm / u_norm, 1.0), 1.0)
+        var.assign(var - ratio * lr * update)
+
+    def finish_update(self, beta_1_power, beta_2_power) -> None:
+        """Advance the bias-correction products and `iterations` after all variables moved."""
+        self.beta_1_power.assign(beta_1_power * tf.constant(self.beta_1, tf.float32))
+        self.beta_2_power.assign(beta_2_power * tf.constant(self.beta_2, tf.float32))
+        self.iterations.assign_add(1)

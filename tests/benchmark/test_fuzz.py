@@ -16,7 +16,7 @@ from tests.benchmark.helpers import official_verdict
 
 REPO = gallery.LOGS.parents[2]
 ODD_VALUES = [b"NaN", b"-Infinity", b'"x"', b"null", b"-1", b"1e400", b"[]", b"{}", b"true",
-              b"99999999999999999999999"]
+              b"99999999999999999999999", b"1" * 400]
 
 
 def mutate(data: bytes, rng: random.Random) -> bytes:
@@ -66,8 +66,15 @@ def test_random_damage_never_crashes_and_never_passes_what_official_fails(base, 
             assert not report.passed, (n, report.problems)
 
 
-ODD_FILES = [b"", b"\x00\xff" * 5000, b":::MLLOG {" * 50, b":::MLLOG " + b"[" * 200000,
-             b':::MLLOG {"time_ms": 1, "key": "eval_accuracy", "value": "x", "metadata": []}']
+_VALID = (gallery.LOGS / gallery.CLOSED).read_bytes()
+ODD_FILES = [
+    b"", b"\x00\xff" * 5000, b":::MLLOG {" * 50, b":::MLLOG " + b"[" * 200000,
+    b':::MLLOG {"time_ms": 1, "key": "eval_accuracy", "value": "x", "metadata": []}',
+    _VALID.replace(b'"time_ms": 1763800189000', b'"time_ms": ' + b"9" * 400, 1),
+    _VALID.replace(b'"value": 256', b'"value": ' + b"9" * 400, 1),
+    _VALID + b':::MLLOG {"time_ms": 1, "key": "seed", "value": ' + b"[" * 900 + b"]" * 900
+    + b', "metadata": {}}\n',
+]
 
 
 def test_command_line_never_prints_a_traceback(tmp_path):

@@ -75,3 +75,38 @@ def test_findings_beyond_the_cap_are_summarized_in_one_line():
     problems = run_rules(build_view(parse_text(edited(gallery.remap_samples(2, 3)), "l")))
     cadence = [p for p in problems if p.rule == "bert/eval-cadence"]
     assert len(cadence) == 5 and "more like the above" in cadence[-1].message
+
+
+def test_blocks_may_carry_nominal_sizes_while_evals_carry_step_boundaries():
+    """Batch 3072 evaluates at 175,104 samples; blocks logged as 0+175,000, 175,000+175,000..."""
+    freq = constants.eval_frequency(3072)
+    lines = (gallery.LOGS / gallery.OPEN).read_text().splitlines()
+    out, block = [], 0
+    for line in lines:
+        obj = gallery.record(line)
+        if obj is not None and obj["key"] in ("block_start", "block_stop"):
+            obj["metadata"]["first_epoch_num"] = block * freq
+            if obj["key"] == "block_start":
+                obj["metadata"]["epoch_count"] = freq
+            else:
+                block += 1
+            line = gallery.render(obj)
+        out.append(line)
+    assert bert_rules("\n".join(out)) == set()
+
+
+def test_blocks_counted_in_steps_are_checked_for_tiling_only():
+    lines, block, out = CLOSED.splitlines(), 0, []
+    for line in lines:
+        obj = gallery.record(line)
+        if obj is not None and obj["key"] in ("block_start", "block_stop"):
+            obj["metadata"]["first_epoch_num"] = block * 586
+            if obj["key"] == "block_start":
+                obj["metadata"]["epoch_count"] = 586
+            else:
+                block += 1
+            line = gallery.render(obj)
+        out.append(line)
+    assert bert_rules("\n".join(out)) == set()
+    gap = gallery.set_meta("block_start", "first_epoch_num", 3 * 586 + 1, 3)(out)
+    assert bert_rules("\n".join(gap)) == {"bert/blocks"}

@@ -1,0 +1,44 @@
+"""Digests of pretraining TFRecords for tests: record count and an md5 of the decoded features.
+
+The md5 runs over every record's features in sorted name order, each as the raw bytes of its
+int64 or float32 values, so two files with the same records in the same order agree whatever
+the byte layout of their protos. Decoding goes through TensorFlow's own parser
+(`tf.io.parse_example` with the standard fixed-length spec), independent of the project's
+writer. Command line: python -m tests.tfrecord_digest FILE [SEQ_LEN] [MAX_PRED].
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+
+import numpy as np
+
+from cleanup_scripts.pretraining_features import tf_feature_spec
+
+
+def tfrecord_digest(path: str | os.PathLike, max_seq_length: int = 512,
+                    max_predictions_per_seq: int = 76) -> tuple[int, str]:
+    """(number of records, md5 of their decoded features) of a pretraining TFRecord file."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+    spec = tf_feature_spec(max_seq_length, max_predictions_per_seq)
+    names = sorted(spec)
+    digest = hashlib.md5()
+    count = 0
+    dataset = tf.data.TFRecordDataset(str(path)).batch(256)
+    for serialized in dataset:
+        parsed = tf.io.parse_example(serialized, spec)
+        columns = [parsed[name].numpy() for name in names]
+        for row in range(columns[0].shape[0]):
+            for column in columns:
+                digest.update(np.ascontiguousarray(column[row]).tobytes())
+            count += 1
+    return count, digest.hexdigest()
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    count, md5 = tfrecord_digest(args[0], *(int(arg) for arg in args[1:3]))
+    print(count, md5)
