@@ -1,4 +1,4 @@
-"""Stage 7: BERT pretraining TFRecords from sentence-per-line text (reference `create_pretraining_data.py`).
+"""Stage 7: BERT pretraining TFRecords from sentence-per-line text (reference script of that name).
 
     python -m cleanup_scripts.create_pretraining_data --input_file=results/part-00000-of-00500 \\
         --output_file=tfrecord/part-00000-of-00500 --vocab_file=vocab.txt --do_lower_case=True \\
@@ -27,9 +27,11 @@ next when the first does not end with a blank line. Differences from the referen
 inputs it cannot handle or cannot reproduce: text that is not UTF-8 stops with an error naming the
 file and line (the reference dies with UnicodeDecodeError there); glob matches are read in
 sorted order (the reference reads them in directory order, and also matches hidden files);
-input with no tokens at all is an error (the reference writes empty files). The defaults of
---max_seq_length and --max_predictions_per_seq are the benchmark's 512 and 76 (the reference
-defaults to 128 and 20, and the MLPerf flow always passes 512 and 76).
+input with no tokens at all is an error (the reference writes empty files); an output listed
+twice is an error, and missing output directories are created. Flag defaults are the
+benchmark's: --max_seq_length=512 and --max_predictions_per_seq=76 (the reference defaults to
+128 and 20; the MLPerf flow always passes 512 and 76) and --vocab_file is the vendored BERT
+vocabulary (the reference has no default).
 
 Instances are held compactly (token ids in arrays, each instance as spans of the corpus plus its
 masked positions), records are built in numpy batches, and TensorFlow is not imported.
@@ -82,8 +84,12 @@ def read_corpus(input_files: list[str], tokenizer: FullTokenizer) -> Corpus:
     corpus = Corpus(array("H" if len(tokenizer) <= 1 << 16 else "i"))
     lengths, documents = corpus.sentence_lengths, []
     new_document = True
-    bar = tqdm(total=total_bytes(input_files), desc="tokenizing", unit="B", unit_scale=True,
-               disable=None, leave=False)
+    try:
+        size = total_bytes(input_files)
+    except OSError as err:
+        raise InputError(f"{err.filename}: cannot read input ({err.strerror})") from err
+    bar = tqdm(total=size, desc="tokenizing", unit="B", unit_scale=True, disable=None,
+               leave=False)
     try:
         for path in input_files:
             try:

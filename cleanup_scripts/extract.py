@@ -14,12 +14,13 @@ blank line after each paragraph and cleans some markup differently.
 Reproducibility. WikiExtractor reads the wall clock (`time.strftime`, in
 `wikiextractor.extract`) for the magic words CURRENTYEAR, CURRENTMONTH, CURRENTDAY,
 CURRENTHOUR and CURRENTTIME, which is why the reference's own extraction cannot be repeated.
-Here that module's `time` is replaced, in this process only and for the duration of the run,
-by a clock fixed at `--date` (default: the dump's date, `benchmark.constants.DUMP_DATE`,
-00:00:00); the worker processes are forked from this one and inherit it. The installed package
-is not modified. WikiExtractor defines no other time words (CURRENTMONTHNAME, LOCAL*, … expand
-to nothing, as in the reference), so they are already independent of the clock. Pages are
-written in dump order whatever `--processes` is (WikiExtractor's reducer orders them).
+Here WikiExtractor runs in a forked supervisor process in which that module's `time` is
+replaced by a clock fixed at `--date` (default: the dump's date,
+`benchmark.constants.DUMP_DATE`, 00:00:00); its worker processes are forked from there and
+inherit it. The installed package is not modified, and the calling process is not patched.
+WikiExtractor defines no other time words (CURRENTMONTHNAME, LOCAL*, … expand to nothing, as
+in the reference), so they are already independent of the clock. Pages are written in dump
+order whatever `--processes` is (WikiExtractor's reducer orders them by sequence number).
 
 The output is built in a hidden directory beside `--output_dir` and renamed into place only
 when the whole dump was read; an empty, truncated or non-XML input gives a one-line error and
@@ -37,7 +38,10 @@ import logging
 import multiprocessing
 import os
 import shutil
+import signal
+import sys
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -114,9 +118,9 @@ def pinned_clock(when: datetime.datetime) -> Iterator[PinnedClock]:
 class _DumpReader(io.RawIOBase):
     """The decompressed bytes of a dump, with one-line errors and a check of its end.
 
-    Decompression failures become InputError; at the end of the data, a dump whose last
-    element is not `</mediawiki>` (cut short) is an InputError too (unless not `check_end`). `bar` (closed with the
-    reader) counts the bytes read from the file.
+    Decompression failures become InputError; with `check_end`, a dump whose data ends
+    without a closing `</mediawiki>` (cut short) is an InputError too at its end. `bar`
+    (closed with the reader) counts the bytes read from the file.
     """
 
     def __init__(self, path: Path, bar: tqdm | None = None, check_end: bool = True) -> None:
@@ -276,12 +280,103 @@ def _instrumented_wikiextractor(input_path: Path, counter: list[int]) -> Iterato
         wikiextractor_main.collect_pages = saved_collect
 
 
-def _stop_new_children(before: set) -> None:
-    """Terminate the worker processes WikiExtractor started (those not in `before`)."""
-    for child in multiprocessing.active_children():
-        if child not in before:
-            child.terminate()
-            child.join(timeout=10)
+class _Stopped(BaseException):
+    """Raised in the supervisor process when its parent asks it to stop (SIGTERM)."""
+
+
+def _stop_once(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise _Stopped()
+
+
+def _run_wikiextractor(conn, input_path: Path, building: Path, when: datetime.datetime,
+                       size: int, processes: int, keep_sections: bool, log_level: int) -> None:
+    """Body of the supervisor process: run WikiExtractor, send back the outcome, exit.
+
+    The outcome sent on `conn` is ("ok", pages), ("input", message) or ("error", text).
+    Ctrl-C is left to the parent, which sends SIGTERM instead (WikiExtractor's processes,
+    forked from here, ignore SIGINT too). On any failure WikiExtractor's processes are
+    killed here, and the process always leaves through os._exit: its multiprocessing queues
+    may still hold pages for workers that are gone, and the normal exit path would wait for
+    them forever.
+    """
+    from wikiextractor import WikiExtractor as wikiextractor_main
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _stop_once)
+    status, outcome = 1, ("error", "interrupted")
+    try:
+        counter = [0]
+        with pinned_clock(when), _instrumented_wikiextractor(input_path, counter):
+            wikiextractor_main.process_dump(
+                str(input_path), None, str(building), size, False, processes, True,
+                expand_templates=True, extractor_kwargs=_extractor_kwargs(keep_sections),
+                log_level=log_level)
+        status, outcome = 0, ("ok", counter[0])
+    except InputError as err:
+        outcome = ("input", str(err))
+    except UnicodeDecodeError as err:
+        outcome = ("input", f"{input_path}: not UTF-8 text ({err.reason})")
+    except _Stopped:
+        outcome = ("error", "interrupted")
+    except BaseException:  # noqa: BLE001 -- reported to the parent, which raises it
+        outcome = ("error", traceback.format_exc())
+    finally:
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            if status:
+                for child in multiprocessing.active_children():
+                    child.kill()
+                    child.join(timeout=10)
+            conn.send(outcome)
+            conn.close()
+        except BaseException:  # noqa: BLE001 -- the parent sees a missing outcome
+            pass
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
+
+
+def _supervise(input_path: Path, building: Path, when: datetime.datetime, size: int,
+               processes: int, keep_sections: bool, log_level: int) -> int:
+    """Run WikiExtractor in a forked supervisor process; return the number of pages.
+
+    Keeps the clock pin and the reading hooks out of this process, and keeps a failure
+    (or Ctrl-C) from leaving worker processes or blocked queue threads behind here.
+    """
+    context = multiprocessing.get_context("fork")
+    receiver, sender = context.Pipe(duplex=False)
+    supervisor = context.Process(
+        target=_run_wikiextractor, name="wikiextractor",
+        args=(sender, input_path, building, when, size, processes, keep_sections, log_level))
+    supervisor.start()
+    sender.close()
+    try:
+        try:
+            kind, value = receiver.recv()
+        except EOFError:
+            kind, value = "died", None
+        supervisor.join()
+    except BaseException:
+        # Interrupted (Ctrl-C): the supervisor stops and cleans up after its own workers.
+        if supervisor.is_alive():
+            supervisor.terminate()
+        supervisor.join(timeout=60)
+        if supervisor.is_alive():
+            supervisor.kill()
+            supervisor.join()
+        raise
+    finally:
+        receiver.close()
+    if kind == "ok":
+        return value
+    if kind == "input":
+        raise InputError(value)
+    if kind == "died":
+        raise RuntimeError(f"WikiExtractor's process ended with status {supervisor.exitcode} "
+                           f"before reporting a result")
+    raise RuntimeError(f"WikiExtractor failed:\n{value}")
 
 
 def _replace_directory(built: Path, final: Path) -> None:
@@ -307,8 +402,6 @@ def extract_dump(input_path: str | os.PathLike, output_dir: str | os.PathLike,
     titles as lines (off in the reference). The directory appears only
     when complete (an earlier one is replaced). Raises InputError for a bad input.
     """
-    from wikiextractor import WikiExtractor as wikiextractor_main
-
     input_path = Path(input_path)
     output_dir = Path(output_dir)
     when = parse_date(date) if isinstance(date, str) else date
@@ -319,28 +412,18 @@ def extract_dump(input_path: str | os.PathLike, output_dir: str | os.PathLike,
     building = temporary_name(output_dir)
     shutil.rmtree(building, ignore_errors=True)
     building.mkdir()
-    counter = [0]
-    children_before = set(multiprocessing.active_children())
     try:
-        with pinned_clock(when), _instrumented_wikiextractor(input_path, counter):
-            wikiextractor_main.process_dump(
-                str(input_path), None, str(building), size, False, processes, True,
-                expand_templates=True, extractor_kwargs=_extractor_kwargs(keep_sections),
-                log_level=log_level)
-        if counter[0] == 0:
+        pages = _supervise(input_path, building, when, size, processes, keep_sections,
+                           log_level)
+        if pages == 0:
             raise InputError(f"{input_path}: no articles found in the dump")
-    except UnicodeDecodeError as err:
-        _stop_new_children(children_before)
-        shutil.rmtree(building, ignore_errors=True)
-        raise InputError(f"{input_path}: not UTF-8 text ({err.reason})") from err
     except BaseException:
-        _stop_new_children(children_before)
         shutil.rmtree(building, ignore_errors=True)
         raise
     files = sorted(path for path in building.rglob("wiki_*") if path.is_file())
     output_bytes = sum(path.stat().st_size for path in files)
     _replace_directory(building, output_dir)
-    return Extraction(counter[0], len(files), output_bytes)
+    return Extraction(pages, len(files), output_bytes)
 
 
 def main(argv: list[str] | None = None) -> None:

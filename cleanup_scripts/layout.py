@@ -14,7 +14,7 @@ class DatasetLayout:
     work/sentences/...     one sentence per line              (.3)
     work/train/...         training articles only             (.4)
     results/               part-XXXXX-of-00500, eval.txt, eval.md5
-    tfrecord/              part-XXXXX-of-00500, eval_intermediate, eval_10k
+    tfrecords/             part-XXXXX-of-00500, eval_intermediate, eval_10k
     manifest.tsv           path, bytes and md5 of every output
     .state/                one record per finished stage, for resumption
     """
@@ -39,7 +39,7 @@ class DatasetLayout:
 
     @property
     def tfrecord_dir(self) -> Path:
-        return self.root / "tfrecord"
+        return self.root / "tfrecords"
 
     @property
     def manifest(self) -> Path:

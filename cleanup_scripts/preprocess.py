@@ -29,7 +29,7 @@ from absl import app, flags, logging
 from benchmark import constants
 from cleanup_scripts import SAMPLE_DUMP, VOCAB_FILE
 from cleanup_scripts import create_pretraining_data as pretraining
-from cleanup_scripts import download, extract, pick_eval_samples, verify
+from cleanup_scripts import checksums, download, extract, pick_eval_samples, verify
 from cleanup_scripts.clean import clean_bytes
 from cleanup_scripts.cleanup_file import read_text_lines, strip_doc_markup
 from cleanup_scripts.do_gather import GatherSource, gather
@@ -76,25 +76,42 @@ class Stage:
 
 # ---- stage bodies -------------------------------------------------------------------------------
 
+def official_artifact(name: str) -> checksums.Artifact | None:
+    """The known official artifact whose file name is `name`, if any."""
+    for artifact in checksums.known_artifacts().values():
+        if Path(artifact.path).name == name:
+            return artifact
+    return None
+
+
 def fetch_dump(layout: DatasetLayout, options: Options) -> Path:
-    """The local dump to extract: downloaded first if `options.dump` is a URL; md5-verified when
-    its name is an official artifact's."""
+    """The local dump to extract: downloaded (resumably) first if `options.dump` is a URL.
+
+    A dump named like an official artifact must have its official md5, or InputError.
+    """
+    name = Path(options.dump.split("?")[0]).name
+    official = official_artifact(name)
+    expected = official.md5 if official else None
     if "://" in options.dump and not options.dump.startswith("file://"):
-        return Path(download.download_url(options.dump, layout.download_dir))
+        target = layout.download_dir / name
+        download.fetch(options.dump, target, expected_md5=expected,
+                       expected_size=official.size if official else None)
+        return target
     path = Path(options.dump.removeprefix("file://"))
     if not path.is_file():
         raise InputError(f"{path}: dump file does not exist")
-    download.check_known_md5(path)
+    if expected is not None and not verify.verify_file(path, expected):
+        raise InputError(f"{path}: md5 differs from the official {expected}")
     return path
 
 
 def run_extract(layout: DatasetLayout, options: Options) -> StageSummary:
     started = time.time()
     dump = fetch_dump(layout, options)
-    pages = extract.extract_dump(str(dump), str(layout.text_dir), date=options.date,
-                                 processes=worker_count(options.nworker))
-    files = layout.extracted_files()
-    return StageSummary("extract", len(files), pages, os.path.getsize(dump), started)
+    extraction = extract.extract_dump(dump, layout.text_dir, date=options.date,
+                                      processes=worker_count(options.nworker))
+    return StageSummary("extract", extraction.files, extraction.pages, dump.stat().st_size,
+                        started)
 
 
 def _clean_one(job: tuple[str, str]) -> int:
@@ -237,14 +254,18 @@ def run_pipeline(output_dir: str, options: Options) -> None:
     layout = DatasetLayout(ensure_dir(output_dir))
     ensure_dir(layout.state_dir)
     keys = stage_keys(options)
-    stale = False
-    for stage in STAGES:
-        marker = layout.state_dir / stage.name
-        if not stale and marker.is_file() and marker.read_text() == keys[stage.name]:
-            logging.info("%s: already done with these parameters, skipped", stage.name)
-            continue
-        stale = True
+    markers = [layout.state_dir / stage.name for stage in STAGES]
+    first_stale = next((index for index, (stage, marker) in enumerate(zip(STAGES, markers))
+                        if not marker.is_file() or marker.read_text() != keys[stage.name]),
+                       len(STAGES))
+    for stage in STAGES[:first_stale]:
+        logging.info("%s: already done with these parameters, skipped", stage.name)
+    # Nothing after the first stale stage may look finished while it is redone.
+    for marker in markers[first_stale:]:
         marker.unlink(missing_ok=True)
+    if first_stale < len(STAGES):
+        layout.manifest.unlink(missing_ok=True)
+    for stage, marker in zip(STAGES[first_stale:], markers[first_stale:]):
         report(stage.run(layout, options))
         with atomic_output(marker) as out:
             out.write(keys[stage.name])

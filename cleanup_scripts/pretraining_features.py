@@ -43,7 +43,8 @@ class FeatureSpec:
         return int(np.prod(self.shape, dtype=np.int64))
 
 
-def feature_spec(max_seq_length: int, max_predictions_per_seq: int) -> "OrderedDict[str, FeatureSpec]":
+def feature_spec(max_seq_length: int,
+                 max_predictions_per_seq: int) -> "OrderedDict[str, FeatureSpec]":
     """The features of a pretraining record, in the order they are written."""
     seq, pred = (max_seq_length,), (max_predictions_per_seq,)
     return OrderedDict([
@@ -85,7 +86,7 @@ def varint_rows(values: np.ndarray) -> tuple[bytes, np.ndarray]:
     values = np.asarray(values)
     if values.size == 0:
         return b"", np.zeros(values.shape[0], dtype=np.int64)
-    if values.dtype == np.uint8 and values.max() < 0x80 or values.min() >= 0 and values.max() < 0x80:
+    if values.min() >= 0 and values.max() < 0x80:  # one byte each: the values themselves
         return (np.ascontiguousarray(values, dtype=np.uint8).tobytes(),
                 np.full(values.shape[0], values.shape[1]))
     values = np.ascontiguousarray(values, dtype=np.int64)
@@ -268,7 +269,8 @@ def decode_example(data: bytes) -> dict[str, tuple[str, object]]:
     return features
 
 
-def parse_pretraining_example(data: bytes, spec: Mapping[str, FeatureSpec]) -> dict[str, np.ndarray]:
+def parse_pretraining_example(data: bytes,
+                              spec: Mapping[str, FeatureSpec]) -> dict[str, np.ndarray]:
     """The features of `spec` from one serialized Example, checked against their dtype and length.
 
     DecodeError when a feature is missing, of another type or of another length.

@@ -93,8 +93,14 @@ def pretraining_losses(outputs: Mapping[str, tf.Tensor],
 
 
 def metric_sums(outputs: Mapping[str, tf.Tensor],
-                features: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+                features: Mapping[str, tf.Tensor],
+                example_weights: tf.Tensor | None = None) -> dict[str, tf.Tensor]:
     """Per-batch sums from which the evaluation metrics are formed (see `EvalMetrics`).
+
+    Args:
+      outputs, features: as for `pretraining_losses`.
+      example_weights: optional [B] (or [B, 1]) float, 1 for a real example and 0 for padding
+        (a trainer pads the last eval batch to a fixed shape); None: every example counts.
 
     Returns float32 scalars: masked_lm_correct (sum of w over correct predictions),
     masked_lm_weight (sum of w), masked_lm_loss_sum (sum of w * ce), next_sentence_correct,
@@ -110,14 +116,22 @@ def metric_sums(outputs: Mapping[str, tf.Tensor],
     nsp_pred = tf.argmax(tf.nn.log_softmax(nsp_logits, axis=-1), axis=-1, output_type=tf.int32)
     nsp_labels = tf.reshape(tf.cast(features["next_sentence_labels"], tf.int32), [-1])
     nsp_ce = next_sentence_example_loss(nsp_logits, features["next_sentence_labels"])
+    nsp_correct = tf.cast(tf.equal(nsp_pred, nsp_labels), tf.float32)
+    if example_weights is None:
+        nsp_count = tf.cast(tf.size(nsp_labels), tf.float32)
+    else:
+        real = tf.reshape(tf.cast(example_weights, tf.float32), [-1])
+        predictions = tf.shape(weights)[0] // tf.maximum(tf.shape(real)[0], 1)
+        weights = weights * tf.repeat(real, predictions)
+        nsp_correct, nsp_ce = nsp_correct * real, nsp_ce * real
+        nsp_count = tf.reduce_sum(real)
     return {
         "masked_lm_correct": tf.reduce_sum(tf.cast(tf.equal(mlm_pred, mlm_ids), tf.float32)
                                            * weights),
         "masked_lm_weight": tf.reduce_sum(weights),
         "masked_lm_loss_sum": tf.reduce_sum(mlm_ce * weights),
-        "next_sentence_correct": tf.reduce_sum(tf.cast(tf.equal(nsp_pred, nsp_labels),
-                                                       tf.float32)),
-        "next_sentence_count": tf.cast(tf.size(nsp_labels), tf.float32),
+        "next_sentence_correct": tf.reduce_sum(nsp_correct),
+        "next_sentence_count": nsp_count,
         "next_sentence_loss_sum": tf.reduce_sum(nsp_ce),
     }
 

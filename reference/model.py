@@ -215,7 +215,7 @@ class TransformerLayer(tf_keras.layers.Layer):
         value = self.value(inputs)  # [B, T, N, H]
         scores = tf.einsum("BTNH,BFNH->BNFT", key, query)
         scores = tf.multiply(scores, 1.0 / math.sqrt(float(self._head_size)))
-        scores += score_adder
+        scores += tf.cast(score_adder, scores.dtype)  # a no-op in float32; mixed precision
         probs = tf.nn.softmax(scores)
         probs = self.attention_probs_dropout(probs, training=training)
         context = tf.einsum("BNFT,BTNH->BFNH", probs, value)

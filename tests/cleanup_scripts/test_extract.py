@@ -78,7 +78,20 @@ def test_magic_words_expand_to_the_fixed_date(tmp_path):
     # WikiExtractor defines no other time words: they are empty, whatever the date.
     assert "Words WikiExtractor does not define: [] [] [] [].\n" in text
     assert text.count("<doc id=") == 2  # the redirect and the template are not articles
-    assert wikiextractor_extract.time is time  # the clock is given back
+    assert wikiextractor_extract.time is time  # pinned in the supervisor process only
+
+
+def test_pinned_clock_answers_the_date_and_is_given_back():
+    when = extract.parse_date("2020-01-01")
+    with extract.pinned_clock(when) as clock:
+        assert wikiextractor_extract.time is clock
+        assert wikiextractor_extract.time.strftime("%Y-%m-%d %H:%M:%S") == "2020-01-01 00:00:00"
+        assert clock.time() == 1577836800.0
+        assert clock.strftime("%Y", time.gmtime(0)) == "1970"
+        assert clock.perf_counter() > 0  # everything else is the real time module
+    assert wikiextractor_extract.time is time
+    with pytest.raises(InputError, match="--date=01/01/2020"):
+        extract.parse_date("01/01/2020")
 
 
 def test_another_date_changes_the_expansion(tmp_path):

@@ -1,0 +1,64 @@
+"""Hardware presets: the flag values of a named set-up, stored as JSON data files.
+
+Each `<name>.json` here holds
+
+    {"description": "...", "notes": ["..."], "flags": {"train_batch_size": 8192, ...}}
+
+Flag values may use placeholders, filled in by `resolve`:
+
+    {data}         --data_dir: the folder holding the TFRecords (part-* and eval_10k)
+    {bert_config}  the benchmark's bert_config.json shipped in cleanup_scripts/data/bert/
+    {presets}      this folder (for config files that belong to a preset)
+
+`python -m reference.run_pretraining --preset=v3-128 --data_dir=gs://bucket/tfrecords ...`
+applies a preset; any flag given on the command line wins over the preset's value.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from cleanup_scripts import BERT_CONFIG_FILE
+
+PRESET_DIR = Path(__file__).resolve().parent
+
+
+class PresetError(ValueError):
+    """An unknown or malformed preset; the message is one line."""
+
+
+def available() -> list[str]:
+    """Names of the presets (file names without .json)."""
+    return sorted(p.stem for p in PRESET_DIR.glob("*.json") if not p.stem.endswith("_config"))
+
+
+def load(name: str) -> dict[str, Any]:
+    """The parsed preset `name` ({"description", "notes", "flags"})."""
+    path = PRESET_DIR / f"{name}.json"
+    if name not in available():
+        raise PresetError(f"--preset={name}: unknown preset (available: {', '.join(available())})")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise PresetError(f"{path}: not valid JSON (line {err.lineno}: {err.msg})") from err
+    if not isinstance(data, dict) or not isinstance(data.get("flags"), dict):
+        raise PresetError(f"{path}: expected an object with a 'flags' object")
+    return data
+
+
+def resolve(name: str, data_dir: str | None = None) -> dict[str, Any]:
+    """The preset's flags with placeholders filled in.
+
+    Raises PresetError when a value needs {data} and no data_dir was given.
+    """
+    fields = {"bert_config": str(BERT_CONFIG_FILE), "presets": str(PRESET_DIR),
+              "data": (data_dir or "").rstrip("/")}
+    flags = {}
+    for key, value in load(name)["flags"].items():
+        if isinstance(value, str):
+            if "{data}" in value and not data_dir:
+                raise PresetError(f"--preset={name}: --data_dir is required ({key} is {value})")
+            value = value.format(**fields)
+        flags[key] = value
+    return flags

@@ -1,0 +1,768 @@
+"""`python -m reference.run_pretraining`: MLPerf BERT pre-training and evaluation in TF2.
+
+The reference's command lines work unchanged (same flag names and meanings), e.g. the TPU
+v3-128 run of the benchmark README, plus `--eval_file` for the evaluation set that training
+evaluates on as it goes (the reference evaluates offline, on saved checkpoints, in a second job):
+
+    python -m reference.run_pretraining --bert_config_file=bert_config.json \
+        --init_checkpoint=tf1_ckpt/model.ckpt-28252 --input_file='gs://b/tfrecord/part-*' \
+        --eval_file=gs://b/tfrecord/eval_10k --output_dir=gs://b/run0 --do_train --do_eval \
+        --train_batch_size=8192 --learning_rate=0.00288293 --lamb_beta_1=0.88 \
+        --lamb_beta_2=0.88 --lamb_weight_decay_rate=0.0166629 --log_epsilon=-6 \
+        --num_train_steps=600 --num_warmup_steps=287 --start_warmup_step=-76 \
+        --eval_batch_size=640 --max_eval_steps=125 --use_tpu --tpu_name=...
+    python -m reference.run_pretraining --preset=v3-128 --data_dir=gs://b/tfrecord \
+        --init_checkpoint=... --output_dir=...          # the same, from reference/presets/
+
+Training (`--do_train --do_eval`): an MLPerf run. Every eval_frequency(global batch) samples
+(benchmark.constants) the model is evaluated on the first eval_batch_size * max_eval_steps
+records of --eval_file (all 10,000 of eval_10k when that product is >= 10,000); the run stops
+with status success at the first masked-LM accuracy >= --target_mlm_accuracy (0.720), or
+aborted when --num_train_steps (or --stop_steps) micro-steps are done. The MLPerf log
+(--mlperf_log, default OUTPUT_DIR/mlperf.log) is written through benchmark.mlperf_log;
+OUTPUT_DIR gets eval_results.txt (after every eval), checkpoints model.ckpt-<step>, and
+TensorBoard summaries under train/ and eval/.
+
+Evaluation only (`--do_eval --nodo_train`): one pass over max_eval_steps * eval_batch_size
+records of --eval_file (or --input_file, as in the reference) with --init_checkpoint (an
+official TF1/TF2 checkpoint or one of ours) or else the latest checkpoint in OUTPUT_DIR;
+writes eval_results.txt.
+
+Resuming: when OUTPUT_DIR holds a checkpoint of ours, training continues from it (weights,
+optimizer state, global step and samples trained; --init_checkpoint is then ignored). The new
+process appends a complete section to the MLPerf log (init_start ... run_stop) preceded by a
+`resume` record, with sample counts continuing from the checkpoint. A resumed run is therefore
+never a valid MLPerf result: its log holds two run_start records and the official checker
+rejects it, which is the honest outcome (the time of the lost segment is not in either).
+A run whose checkpoint already reached the target, or its step budget, is not restarted.
+
+Step counts (--num_train_steps, --num_warmup_steps, --start_warmup_step, --stop_steps,
+--save_checkpoints_steps, --iterations_per_loop) are micro-steps of --train_batch_size records,
+as in the reference; with --steps_per_update=n they are the counts for batch bs*n scaled up n
+times and must be multiples of n. The MLPerf log states the optimizer's view: global_batch_size
+= train_batch_size * n, and step counts divided by n.
+
+Settings that the closed division does not allow (another eval cadence, a target below 0.720,
+an eval over fewer than 10,000 samples, no eval at all) are accepted, each logged with a warning
+and a `noncompliant` record, and the run is logged as open division.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+
+from absl import app, flags, logging
+
+from benchmark import constants
+
+FLAGS = flags.FLAGS
+
+# -- the reference's flags -------------------------------------------------------------------
+flags.DEFINE_string("bert_config_file", None, "bert_config.json of the model to train.")
+flags.DEFINE_string("input_file", None, "Training TFRecords: comma-separated files or globs "
+                    "(local or gs://). With --nodo_train, the eval records if no --eval_file.")
+flags.DEFINE_string("output_dir", None, "Checkpoints, eval_results.txt, summaries, MLPerf log.")
+flags.DEFINE_string("init_checkpoint", None, "Initial weights: the official TF1 or TF2 "
+                    "model.ckpt-28252 (or, for --nodo_train, a checkpoint of ours).")
+flags.DEFINE_integer("max_seq_length", constants.MAX_SEQ_LENGTH, "Tokens per record.")
+flags.DEFINE_integer("max_predictions_per_seq", constants.MAX_PREDICTIONS_PER_SEQ,
+                     "Masked positions per record.")
+flags.DEFINE_bool("do_train", False, "Train (with evals at the MLPerf cadence if --do_eval).")
+flags.DEFINE_bool("do_eval", False, "Evaluate (alone with --nodo_train: once).")
+flags.DEFINE_integer("train_batch_size", 32, "Records per micro-step, all replicas together.")
+flags.DEFINE_integer("eval_batch_size", 8, "Records per eval step, all replicas together.")
+flags.DEFINE_enum("optimizer", "lamb", ["lamb", "adamw"], "The optimizer (the benchmark's is "
+                  "lamb; adamw is the reference's AdamWeightDecayOptimizer).")
+flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate.")
+flags.DEFINE_float("poly_power", 1.0, "Power of the polynomial decay.")
+flags.DEFINE_integer("num_train_steps", 100000, "Micro-steps over which the rate decays to 0; "
+                     "the step budget.")
+flags.DEFINE_integer("num_warmup_steps", 10000, "Warm-up micro-steps.")
+flags.DEFINE_integer("start_warmup_step", 0, "Micro-step at which warm-up counts 0 (may be < 0).")
+flags.DEFINE_integer("stop_steps", None, "Stop after this many micro-steps (the schedule still "
+                     "spans --num_train_steps).")
+flags.DEFINE_integer("save_checkpoints_steps", 1000, "Save a checkpoint every this many "
+                     "micro-steps (and always at the end).")
+flags.DEFINE_integer("iterations_per_loop", 1000, "Micro-steps per compiled host call.")
+flags.DEFINE_integer("max_eval_steps", 100, "Eval batches: the first max_eval_steps * "
+                     "eval_batch_size records are evaluated.")
+flags.DEFINE_bool("use_tpu", False, "Run on a Cloud TPU (TPUStrategy).")
+flags.DEFINE_string("tpu_name", None, "TPU name or grpc:// address.")
+flags.DEFINE_string("tpu_zone", None, "GCE zone of the TPU.")
+flags.DEFINE_string("gcp_project", None, "GCP project of the TPU.")
+flags.DEFINE_integer("num_tpu_cores", 8, "TPU cores (checked against the TPU found).")
+flags.DEFINE_integer("num_gpus", 0, "GPUs to mirror over (> 1: MirroredStrategy).")
+flags.DEFINE_integer("steps_per_update", 1, "Micro-batches accumulated per optimizer update.")
+flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints kept (0: all).")
+flags.DEFINE_float("lamb_weight_decay_rate", 0.01, "LAMB weight decay.")
+flags.DEFINE_float("lamb_beta_1", 0.9, "LAMB beta_1.")
+flags.DEFINE_float("lamb_beta_2", 0.999, "LAMB beta_2.")
+flags.DEFINE_float("log_epsilon", -6, "LAMB epsilon is 10 ** log_epsilon.")
+flags.DEFINE_bool("clip_by_global_norm_after_gradient_allreduce", False,
+                  "Clip the averaged gradient once, instead of each replica's micro-batch "
+                  "gradient before averaging (the reference's default).")
+# -- the MLPerf run ----------------------------------------------------------------------------
+flags.DEFINE_string("eval_file", None, "Eval TFRecords (eval_10k) for --do_train --do_eval.")
+flags.DEFINE_float("target_mlm_accuracy", constants.TARGET_MLM_ACCURACY,
+                   "Stop at the first eval with masked-LM accuracy >= this (below 0.720: "
+                   "open division).")
+flags.DEFINE_integer("eval_frequency_samples", 0, "Samples between evals; 0: the benchmark's "
+                     "eval_frequency(global batch). Another value needs "
+                     "--noncompliant_eval_frequency.")
+flags.DEFINE_bool("noncompliant_eval_frequency", False, "Allow --eval_frequency_samples to "
+                  "differ from the benchmark's cadence (the run is logged as open division).")
+flags.DEFINE_bool("eval_at_start", False, "Also evaluate before training (0 samples; the "
+                  "official checkpoint scores about 0.34085).")
+flags.DEFINE_string("mlperf_log", None, "MLPerf log file (local); default OUTPUT_DIR/mlperf.log "
+                    "(./mlperf.log when OUTPUT_DIR is remote).")
+flags.DEFINE_string("submission_org", "reference", "submission_org of the MLPerf log.")
+flags.DEFINE_string("submission_platform", None, "submission_platform; default e.g. 8xGPU.")
+flags.DEFINE_enum("submission_division", "closed", ["closed", "open"], "submission_division.")
+flags.DEFINE_enum("submission_status", "onprem", ["onprem", "cloud", "preview", "research"],
+                  "submission_status.")
+flags.DEFINE_integer("seed", None, "Random seed (weights, dropout, data order); default: drawn "
+                     "at start and logged.")
+flags.DEFINE_enum("mixed_precision", "none", ["none", "bf16", "fp16"], "Compute type; fp16 "
+                  "adds dynamic loss scaling.")
+flags.DEFINE_float("dropout_override", None, "Set both dropout probabilities of the config.")
+flags.DEFINE_string("preset", None, "A preset of reference/presets/ (v3-128, v100-8, a100-8, "
+                    "demo); flags given on the command line win.")
+flags.DEFINE_string("data_dir", None, "For --preset: the folder with part-* and eval_10k.")
+flags.DEFINE_integer("cpu_devices", 0, "Split the CPU into this many devices and mirror over "
+                     "them (tests and demos of the multi-replica path).")
+
+
+class UsageError(ValueError):
+    """A bad command line; the message is one line naming the flag."""
+
+
+@dataclass
+class RunOptions:
+    """Everything a run needs, validated (see `options_from_flags`)."""
+    bert_config_file: str
+    output_dir: str
+    do_train: bool
+    do_eval: bool
+    input_files: list[str]
+    eval_files: list[str]
+    init_checkpoint: str | None
+    max_seq_length: int
+    max_predictions_per_seq: int
+    train_batch_size: int
+    eval_batch_size: int
+    max_eval_steps: int
+    eval_records: int  # records actually evaluated
+    steps_per_update: int
+    optimizer: "OptimizerSettings"  # noqa: F821 - reference.trainer
+    stop_steps: int | None
+    iterations_per_loop: int
+    save_checkpoints_steps: int
+    keep_checkpoint_max: int
+    clip_after_allreduce: bool
+    target_mlm_accuracy: float
+    eval_frequency: int  # samples between evals
+    eval_at_start: bool
+    mlperf_log: str
+    submission_org: str
+    submission_platform: str | None
+    submission_division: str
+    submission_status: str
+    seed: int
+    mixed_precision: str
+    dropout_override: float | None
+    strategy: "StrategyRequest"  # noqa: F821 - reference.distribution
+    noncompliant: list[str] = field(default_factory=list)
+
+    @property
+    def global_batch_size(self) -> int:
+        """Records per optimizer update (what MLPerf calls global_batch_size)."""
+        return self.train_batch_size * self.steps_per_update
+
+    @property
+    def budget_steps(self) -> int:
+        """Micro-steps this process may train to (global step)."""
+        steps = self.optimizer.num_train_steps
+        return min(steps, self.stop_steps) if self.stop_steps else steps
+
+
+@dataclass
+class RunResult:
+    """What a run did: status ("success", "aborted", "evaluated", "finished-before"), the
+    global step and samples at the end, and every eval as (samples, metrics)."""
+    status: str
+    step: int
+    samples: int
+    evals: list[tuple[int, dict[str, float]]] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------ validation
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise UsageError(message)
+
+
+def _multiple(flag: str, value: int, n: int) -> None:
+    _require(value % n == 0, f"--{flag}={value} is not a multiple of --steps_per_update={n}; "
+             "with accumulation give the step counts of batch bs*n scaled up n times")
+
+
+def apply_preset(flag_values=FLAGS) -> list[str]:
+    """Fill flags not given on the command line from --preset; returns the names set."""
+    from reference import presets  # pylint: disable=import-outside-toplevel
+    if not flag_values.preset:
+        return []
+    values = presets.resolve(flag_values.preset, flag_values.data_dir)
+    applied = []
+    for name, value in values.items():
+        if name not in flag_values:
+            raise presets.PresetError(f"--preset={flag_values.preset}: unknown flag {name!r}")
+        if flag_values[name].present:
+            continue
+        flag_values[name].value = value
+        applied.append(name)
+    logging.info("preset %s: %s", flag_values.preset,
+                 ", ".join(f"--{n}={flag_values[n].value}" for n in applied))
+    return applied
+
+
+def options_from_flags(flag_values=FLAGS) -> RunOptions:
+    """Validate the flags (and the files they name) into RunOptions.
+
+    Raises UsageError, InputError, ConfigError or CheckpointError with a one-line message.
+    """
+    # Imported here so that `--help` and flag errors do not wait for TensorFlow.
+    from reference import checkpoint as ckpt  # pylint: disable=import-outside-toplevel
+    from reference import input_pipeline  # pylint: disable=import-outside-toplevel
+    from reference.bert_config import load_bert_config  # pylint: disable=import-outside-toplevel
+    from reference.distribution import StrategyRequest  # pylint: disable=import-outside-toplevel
+    from reference.trainer import OptimizerSettings  # pylint: disable=import-outside-toplevel
+
+    f = flag_values
+    _require(f.do_train or f.do_eval, "at least one of --do_train or --do_eval must be set")
+    for name in ("bert_config_file", "output_dir"):
+        _require(bool(f[name].value), f"--{name} is required")
+    n = f.steps_per_update
+    _require(n >= 1, f"--steps_per_update={n} must be at least 1")
+    for name in ("train_batch_size", "eval_batch_size", "max_eval_steps", "num_train_steps",
+                 "iterations_per_loop", "save_checkpoints_steps"):
+        _require(f[name].value >= 1, f"--{name}={f[name].value} must be at least 1")
+    _require(f.num_warmup_steps >= 0, f"--num_warmup_steps={f.num_warmup_steps} must be >= 0")
+    _require(f.keep_checkpoint_max >= 0,
+             f"--keep_checkpoint_max={f.keep_checkpoint_max} must be >= 0")
+    if f.stop_steps is not None:
+        _require(f.stop_steps >= 1, f"--stop_steps={f.stop_steps} must be at least 1")
+    for name in ("num_train_steps", "num_warmup_steps", "start_warmup_step",
+                 "save_checkpoints_steps"):
+        _multiple(name, f[name].value, n)
+    if f.stop_steps is not None:
+        _multiple("stop_steps", f.stop_steps, n)
+    _require(f.learning_rate > 0, f"--learning_rate={f.learning_rate} must be > 0")
+    _require(f.poly_power > 0, f"--poly_power={f.poly_power} must be > 0")
+    for name in ("lamb_beta_1", "lamb_beta_2"):
+        _require(0 < f[name].value < 1, f"--{name}={f[name].value} must be in (0, 1)")
+    _require(f.lamb_weight_decay_rate >= 0,
+             f"--lamb_weight_decay_rate={f.lamb_weight_decay_rate} must be >= 0")
+    _require(0 < f.target_mlm_accuracy <= 1,
+             f"--target_mlm_accuracy={f.target_mlm_accuracy} must be in (0, 1]")
+    _require(f.eval_frequency_samples >= 0,
+             f"--eval_frequency_samples={f.eval_frequency_samples} must be >= 0")
+    if f.dropout_override is not None:
+        _require(0 <= f.dropout_override < 1,
+                 f"--dropout_override={f.dropout_override} must be in [0, 1)")
+    _require(f.num_gpus >= 0, f"--num_gpus={f.num_gpus} must be >= 0")
+
+    config = load_bert_config(f.bert_config_file)
+    _require(2 <= f.max_seq_length <= config.max_position_embeddings,
+             f"--max_seq_length={f.max_seq_length} must be in [2, max_position_embeddings="
+             f"{config.max_position_embeddings}] of {f.bert_config_file}")
+    _require(1 <= f.max_predictions_per_seq <= f.max_seq_length,
+             f"--max_predictions_per_seq={f.max_predictions_per_seq} must be in [1, "
+             f"--max_seq_length]")
+
+    noncompliant: list[str] = []
+    input_files: list[str] = []
+    eval_files: list[str] = []
+    if f.do_train:
+        _require(bool(f.input_file), "--input_file is required with --do_train")
+        input_files = input_pipeline.expand_patterns(f.input_file, "--input_file")
+        input_pipeline.check_records(input_files[0], f.max_seq_length,
+                                     f.max_predictions_per_seq, "--input_file")
+        if f.do_eval:
+            _require(bool(f.eval_file), "--eval_file is required with --do_train --do_eval "
+                     "(the eval_10k TFRecord)")
+            eval_files = input_pipeline.expand_patterns(f.eval_file, "--eval_file")
+        else:
+            noncompliant.append("--nodo_eval: the run is never evaluated, so it cannot reach "
+                                "the target")
+    else:
+        source, flag = (f.eval_file, "--eval_file") if f.eval_file else \
+            (f.input_file, "--input_file")
+        _require(bool(source), "--eval_file (or --input_file) is required with --do_eval")
+        eval_files = input_pipeline.expand_patterns(source, flag)
+    eval_records = 0
+    if eval_files:
+        input_pipeline.check_records(eval_files[0], f.max_seq_length,
+                                     f.max_predictions_per_seq,
+                                     "--eval_file" if f.eval_file else "--input_file")
+        wanted = f.eval_batch_size * f.max_eval_steps
+        eval_records = input_pipeline.count_records(eval_files, limit=wanted)
+        if eval_records < wanted:
+            logging.info("eval files hold %d records (< eval_batch_size * max_eval_steps = %d): "
+                         "all of them are evaluated once", eval_records, wanted)
+        if f.do_train and eval_records != constants.EVAL_SAMPLES:
+            noncompliant.append(f"the eval covers {eval_records:,} records, not the "
+                                f"benchmark's {constants.EVAL_SAMPLES:,}")
+
+    if f.init_checkpoint:
+        try:
+            ckpt.checkpoint_format(f.init_checkpoint)
+        except ckpt.CheckpointError:
+            # --nodo_train may evaluate one of our own checkpoints (read when evaluating).
+            if f.do_train or not _checkpoint_exists(f.init_checkpoint):
+                raise
+    elif f.do_train:
+        logging.warning("no --init_checkpoint: training starts from random weights (the "
+                        "benchmark starts from model.ckpt-28252)")
+
+    global_batch = f.train_batch_size * n
+    rule_frequency = constants.eval_frequency(global_batch)
+    frequency = f.eval_frequency_samples or rule_frequency
+    if frequency != rule_frequency:
+        _require(f.noncompliant_eval_frequency,
+                 f"--eval_frequency_samples={frequency} differs from the benchmark's "
+                 f"{rule_frequency:,} for global batch {global_batch}; add "
+                 "--noncompliant_eval_frequency to run with it (open division)")
+        noncompliant.append(f"evals every {frequency:,} samples instead of the benchmark's "
+                            f"{rule_frequency:,}")
+    if f.target_mlm_accuracy != constants.TARGET_MLM_ACCURACY:
+        noncompliant.append(f"target masked-LM accuracy {f.target_mlm_accuracy} instead of "
+                            f"{constants.TARGET_MLM_ACCURACY}")
+
+    seed = f.seed
+    if seed is None:
+        seed = int.from_bytes(os.urandom(4), "little") % (2 ** 31 - 1)
+
+    output_dir = f.output_dir
+    mlperf_log = f.mlperf_log
+    if not mlperf_log:
+        mlperf_log = os.path.join(output_dir, "mlperf.log") if "://" not in output_dir \
+            else "mlperf.log"
+    iterations = max(1, -(-f.iterations_per_loop // n)) * n
+    optimizer = OptimizerSettings(
+        name=f.optimizer, learning_rate=f.learning_rate, num_train_steps=f.num_train_steps,
+        num_warmup_steps=f.num_warmup_steps, start_warmup_step=f.start_warmup_step,
+        poly_power=f.poly_power, beta_1=f.lamb_beta_1, beta_2=f.lamb_beta_2,
+        weight_decay_rate=f.lamb_weight_decay_rate, log_epsilon=f.log_epsilon)
+    return RunOptions(
+        bert_config_file=f.bert_config_file, output_dir=output_dir, do_train=f.do_train,
+        do_eval=f.do_eval, input_files=input_files, eval_files=eval_files,
+        init_checkpoint=f.init_checkpoint, max_seq_length=f.max_seq_length,
+        max_predictions_per_seq=f.max_predictions_per_seq,
+        train_batch_size=f.train_batch_size, eval_batch_size=f.eval_batch_size,
+        max_eval_steps=f.max_eval_steps, eval_records=eval_records, steps_per_update=n,
+        optimizer=optimizer, stop_steps=f.stop_steps, iterations_per_loop=iterations,
+        save_checkpoints_steps=f.save_checkpoints_steps,
+        keep_checkpoint_max=f.keep_checkpoint_max,
+        clip_after_allreduce=f.clip_by_global_norm_after_gradient_allreduce,
+        target_mlm_accuracy=f.target_mlm_accuracy, eval_frequency=frequency,
+        eval_at_start=f.eval_at_start, mlperf_log=mlperf_log,
+        submission_org=f.submission_org, submission_platform=f.submission_platform,
+        submission_division=f.submission_division, submission_status=f.submission_status,
+        seed=seed, mixed_precision=f.mixed_precision, dropout_override=f.dropout_override,
+        strategy=StrategyRequest(use_tpu=f.use_tpu, tpu_name=f.tpu_name, tpu_zone=f.tpu_zone,
+                                 gcp_project=f.gcp_project, num_tpu_cores=f.num_tpu_cores,
+                                 num_gpus=f.num_gpus),
+        noncompliant=noncompliant)
+
+
+def _checkpoint_exists(path: str) -> bool:
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    if tf.io.gfile.isdir(path):
+        return tf.train.latest_checkpoint(path) is not None
+    return tf.io.gfile.exists(path + ".index")
+
+
+# ------------------------------------------------------------------------------ the cadence
+def eval_update(index: int, eval_frequency: int, global_batch: int) -> int:
+    """The optimizer update after which eval number `index` (1, 2, ...) runs: the first update
+    boundary at or after index * eval_frequency samples."""
+    return -(-index * eval_frequency // global_batch)
+
+
+def next_eval_index(samples: int, eval_frequency: int) -> int:
+    """The index of the first eval still due after `samples` samples (evals already run at or
+    before `samples` are done)."""
+    return samples // eval_frequency + 1
+
+
+# ------------------------------------------------------------------------------ running
+def _write_eval_results(output_dir: str, step: int, metrics: dict[str, float]) -> None:
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    path = os.path.join(output_dir, "eval_results.txt")
+    lines = [f"global_step = {step}"] + [f"{key} = {metrics[key]}" for key in sorted(metrics)]
+    with tf.io.gfile.GFile(path, "w") as out:
+        out.write("\n".join(lines) + "\n")
+    logging.info("eval results (%s): %s", path, ", ".join(lines))
+
+
+def _platform(options: RunOptions, strategy) -> str:
+    if options.submission_platform:
+        return options.submission_platform
+    kind = "TPU" if options.strategy.use_tpu else "GPU" if options.strategy.num_gpus else "CPU"
+    return f"{strategy.num_replicas_in_sync}x{kind}"
+
+
+def _peek_progress(path: str) -> tuple[int, int, int]:
+    """(global_step, trained_samples, target_reached) stored in a training checkpoint."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    reader = tf.train.load_checkpoint(path)
+    names = reader.get_variable_to_shape_map()
+
+    def value(name):
+        key = f"{name}/.ATTRIBUTES/VARIABLE_VALUE"
+        return int(reader.get_tensor(key)) if key in names else 0
+
+    return value("global_step"), value("trained_samples"), value("target_reached")
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m{rest % 60:02d}s" if hours else \
+        f"{rest // 60}m{rest % 60:02d}s"
+
+
+class _Run:
+    """One process's part of a run: strategy, trainer, datasets, logs."""
+
+    def __init__(self, options: RunOptions, devices: tuple[str, ...] = ()):
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        from reference import distribution, trainer  # pylint: disable=import-outside-toplevel
+        self.tf = tf
+        self.options = options
+        trainer.set_mixed_precision(options.mixed_precision)
+        request = dataclasses.replace(options.strategy, devices=tuple(devices))
+        self.strategy = distribution.make_strategy(request)
+        self.chief = distribution.is_chief(self.strategy)
+        self.task = distribution.task_id(self.strategy)
+        self.train_per_replica = distribution.per_replica(options.train_batch_size,
+                                                          self.strategy, "--train_batch_size")
+        self.eval_per_replica = distribution.per_replica(options.eval_batch_size,
+                                                         self.strategy, "--eval_batch_size")
+        logging.info("%s; global batch %d (%d per replica x %d micro-batches)",
+                     distribution.describe(self.strategy), options.global_batch_size,
+                     self.train_per_replica, options.steps_per_update)
+        tf.io.gfile.makedirs(options.output_dir)
+
+    def build_trainer(self):
+        from reference.bert_config import load_bert_config  # pylint: disable=import-outside-toplevel
+        from reference.trainer import Trainer  # pylint: disable=import-outside-toplevel
+        options = self.options
+        config = load_bert_config(options.bert_config_file)
+        if options.dropout_override is not None:
+            config = dataclasses.replace(config, hidden_dropout_prob=options.dropout_override,
+                                         attention_probs_dropout_prob=options.dropout_override)
+        self.tf.random.set_seed(options.seed)
+        self.trainer = Trainer(self.strategy, config, options.optimizer,
+                               options.train_batch_size, options.steps_per_update,
+                               options.clip_after_allreduce, options.mixed_precision)
+        return self.trainer
+
+    # -------------------------------------------------------------- datasets
+    def eval_dataset(self):
+        from reference import input_pipeline  # pylint: disable=import-outside-toplevel
+        options = self.options
+        padded = input_pipeline.padded_eval_size(options.eval_records, options.eval_batch_size)
+        self.eval_steps = padded // options.eval_batch_size
+
+        def dataset_fn(context):
+            return input_pipeline.eval_dataset(
+                options.eval_files, self.eval_per_replica, options.eval_records, padded,
+                options.max_seq_length, options.max_predictions_per_seq, context)
+
+        return self.strategy.distribute_datasets_from_function(dataset_fn)
+
+    def train_iterator(self):
+        from reference import input_pipeline  # pylint: disable=import-outside-toplevel
+        options = self.options
+        # A resumed run draws a different (still seeded) order than the first segment.
+        seed = options.seed + self.trainer.step
+
+        def dataset_fn(context):
+            return input_pipeline.train_dataset(
+                options.input_files, self.train_per_replica, options.max_seq_length,
+                options.max_predictions_per_seq, seed, options.steps_per_update, context)
+
+        return iter(self.strategy.distribute_datasets_from_function(dataset_fn))
+
+    def evaluate(self, dataset) -> dict[str, float]:
+        started = time.time()
+        metrics = self.trainer.evaluate(dataset, self.eval_steps)
+        logging.info("eval of %d records in %.1f s: masked_lm_accuracy %.5f, masked_lm_loss "
+                     "%.4f, next_sentence_accuracy %.4f", self.options.eval_records,
+                     time.time() - started, metrics["masked_lm_accuracy"],
+                     metrics["masked_lm_loss"], metrics["next_sentence_accuracy"])
+        return metrics
+
+
+def evaluate_only(options: RunOptions, devices: tuple[str, ...] = ()) -> RunResult:
+    """--do_eval --nodo_train: one eval of --init_checkpoint or the latest checkpoint."""
+    from reference import checkpoint as ckpt  # pylint: disable=import-outside-toplevel
+    run = _Run(options, devices)
+    tf = run.tf
+    trainer = run.build_trainer()
+    source = options.init_checkpoint or tf.train.latest_checkpoint(options.output_dir)
+    if not source:
+        raise UsageError(f"nothing to evaluate: no --init_checkpoint and no checkpoint in "
+                         f"{options.output_dir}")
+    try:
+        fmt = ckpt.checkpoint_format(source)
+    except ckpt.CheckpointError:
+        fmt = None
+    if fmt is None:
+        path = tf.train.latest_checkpoint(source) if tf.io.gfile.isdir(source) else source
+        trainer.restore(path, model_only=True)
+    else:
+        trainer.load_initial_checkpoint(source)
+    metrics = run.evaluate(run.eval_dataset())
+    if run.chief:
+        _write_eval_results(options.output_dir, trainer.step, metrics)
+        writer = tf.summary.create_file_writer(os.path.join(options.output_dir, "eval"))
+        with writer.as_default(step=trainer.step):
+            for key, value in metrics.items():
+                tf.summary.scalar(key, value)
+        writer.flush()
+    return RunResult("evaluated", trainer.step, trainer.samples, [(trainer.samples, metrics)])
+
+
+def train(options: RunOptions, devices: tuple[str, ...] = ()) -> RunResult:
+    """--do_train [--do_eval]: an MLPerf run (see the module docstring)."""
+    from benchmark.mlperf_log import BertLogger, Hyperparameters  # pylint: disable=import-outside-toplevel
+    from reference import checkpoint as ckpt  # pylint: disable=import-outside-toplevel
+    from reference.run_log import NONCOMPLIANT, RESUME, ExtraEvents  # pylint: disable=import-outside-toplevel
+    from reference.trainer import worker_checkpoint_dir  # pylint: disable=import-outside-toplevel
+
+    run = _Run(options, devices)
+    tf = run.tf
+    n = options.steps_per_update
+    batch = options.global_batch_size
+    budget_updates = options.budget_steps // n
+
+    latest = tf.train.latest_checkpoint(options.output_dir)
+    if latest:
+        step, samples, reached = _peek_progress(latest)
+        if reached or step >= options.budget_steps:
+            why = "reached the target" if reached else \
+                f"used its step budget ({options.budget_steps})"
+            logging.warning("%s already %s at step %d (%d samples); nothing to train", latest,
+                            why, step, samples)
+            return RunResult("finished-before", step, samples)
+
+    division = options.submission_division
+    if options.noncompliant and division == "closed":
+        logging.warning("not a closed-division run (%s): logging it as open division",
+                        "; ".join(options.noncompliant))
+        division = "open"
+    log_path = options.mlperf_log if run.chief else None
+    if log_path:
+        os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
+    stream = sys.stdout if run.chief else None
+    log = BertLogger(log_path, stream=stream)
+    extra = ExtraEvents(log_path, stream=stream)
+    result = RunResult("aborted", 0, 0)
+    try:
+        log.submission(org=options.submission_org, platform=_platform(options, run.strategy),
+                       division=division, status=options.submission_status)
+        log.cache_clear()
+        log.init_start()
+        for reason in options.noncompliant:
+            logging.warning("non-compliant: %s", reason)
+            extra.event(NONCOMPLIANT, reason)
+        log.seed(options.seed)
+        trainer = run.build_trainer()
+        manager = trainer.checkpoint_manager(
+            worker_checkpoint_dir(options.output_dir, run.chief, run.task),
+            options.keep_checkpoint_max or None)
+        if latest:
+            trainer.restore(latest)
+            extra.event(RESUME, None, {"checkpoint": latest, "global_step": trainer.step,
+                                       "samples": trainer.samples})
+            if options.init_checkpoint:
+                logging.info("--init_checkpoint ignored: resuming from %s", latest)
+        elif options.init_checkpoint:
+            names = trainer.load_initial_checkpoint(options.init_checkpoint)
+            extra.weights_initialization(ckpt.restored_tensor_names(names))
+        for key, value in (("opt_name", options.optimizer.name),
+                           ("max_sequence_length", options.max_seq_length),
+                           ("max_predictions_per_seq", options.max_predictions_per_seq),
+                           ("opt_lamb_learning_rate_decay_poly_power",
+                            options.optimizer.poly_power),
+                           ("mixed_precision", options.mixed_precision)):
+            extra.event(key, value)
+        hp = Hyperparameters(
+            global_batch_size=batch, opt_base_learning_rate=options.optimizer.learning_rate,
+            opt_epsilon=options.optimizer.epsilon,
+            opt_learning_rate_training_steps=options.optimizer.num_train_steps // n,
+            opt_learning_rate_warmup_steps=options.optimizer.num_warmup_steps // n,
+            num_warmup_steps=options.optimizer.num_warmup_steps // n,
+            start_warmup_step=options.optimizer.start_warmup_step // n,
+            opt_lamb_beta_1=options.optimizer.beta_1, opt_lamb_beta_2=options.optimizer.beta_2,
+            opt_lamb_weight_decay_rate=options.optimizer.weight_decay_rate,
+            gradient_accumulation_steps=n)
+        if not options.do_eval or options.eval_records == constants.EVAL_SAMPLES:
+            log.hyperparameters(hp)
+        else:
+            extra.hyperparameters(hp, options.eval_records)
+        iterator = run.train_iterator()
+        eval_data = run.eval_dataset() if options.do_eval else None
+        summaries = tf.summary.create_file_writer(
+            os.path.join(options.output_dir, "train")) if run.chief else \
+            tf.summary.create_noop_writer()
+        eval_summaries = tf.summary.create_file_writer(
+            os.path.join(options.output_dir, "eval")) if run.chief else \
+            tf.summary.create_noop_writer()
+        log.init_stop()
+
+        log.run_start()
+        result = _train_loop(run, options, log, iterator, eval_data, manager, budget_updates,
+                             summaries, eval_summaries)
+        log.train_samples(trainer.samples)
+        log.run_stop(result.status)
+        manager.save(checkpoint_number=trainer.step)
+        logging.info("run %s at step %d, %d samples; checkpoint %s", result.status,
+                     trainer.step, trainer.samples, manager.latest_checkpoint)
+    finally:
+        log.close()
+        extra.close()
+    if not run.chief:
+        shutil.rmtree(worker_checkpoint_dir(options.output_dir, False, run.task),
+                      ignore_errors=True)
+    return result
+
+
+def _train_loop(run: _Run, options: RunOptions, log, iterator, eval_data, manager,
+                budget_updates: int, summaries, eval_summaries) -> RunResult:
+    tf = run.tf
+    trainer = run.trainer
+    n = options.steps_per_update
+    batch = options.global_batch_size
+    frequency = options.eval_frequency
+    result = RunResult("aborted", trainer.step, trainer.samples)
+
+    def do_eval() -> bool:
+        samples = trainer.samples
+        log.eval_start(samples)
+        metrics = run.evaluate(eval_data)
+        log.eval_stop(samples)
+        log.eval_accuracy(samples, metrics["masked_lm_accuracy"])
+        result.evals.append((samples, metrics))
+        if run.chief:
+            _write_eval_results(options.output_dir, trainer.step, metrics)
+            with eval_summaries.as_default(step=trainer.step):
+                for key, value in metrics.items():
+                    tf.summary.scalar(key, value)
+            eval_summaries.flush()
+        return metrics["masked_lm_accuracy"] >= options.target_mlm_accuracy
+
+    if eval_data is not None and options.eval_at_start and trainer.samples == 0:
+        if do_eval():
+            trainer.target_reached.assign(1)
+            result.status = "success"
+            return result
+
+    update = trainer.step // n
+    eval_index = next_eval_index(trainer.samples, frequency)
+    updates_per_call = options.iterations_per_loop // n
+    run_started = time.time()
+    first_samples = trainer.samples
+    every = options.save_checkpoints_steps
+    while update < budget_updates:
+        eval_at = eval_update(eval_index, frequency, batch) if eval_data is not None \
+            else budget_updates + 1
+        block_end = min(eval_at, budget_updates)
+        block_first = trainer.samples
+        log.block_start(block_first, (block_end - update) * batch)
+        save_due = False
+        while update < block_end:
+            count = min(updates_per_call, block_end - update)
+            before = trainer.step
+            started = time.time()
+            losses = trainer.train_steps(iterator, count)
+            elapsed = time.time() - started
+            update += count
+            _log_progress(options, trainer, losses, count * batch / max(elapsed, 1e-9),
+                          (trainer.samples - first_samples) / max(time.time() - run_started,
+                                                                  1e-9),
+                          update, eval_at, budget_updates)
+            with summaries.as_default(step=trainer.step):
+                for key in ("total_loss", "masked_lm_loss", "next_sentence_loss",
+                            "learning_rate"):
+                    tf.summary.scalar(key, losses[key])
+                tf.summary.scalar("samples_per_second", count * batch / max(elapsed, 1e-9))
+            save_due = save_due or trainer.step // every > before // every
+            if save_due and update < block_end:
+                manager.save(checkpoint_number=trainer.step)
+                save_due = False
+        log.block_stop(block_first)
+        if update == eval_at:
+            eval_index += 1
+            if do_eval():
+                trainer.target_reached.assign(1)
+                result.status = "success"
+                break
+        if save_due and update < budget_updates:  # after the eval at the same step
+            manager.save(checkpoint_number=trainer.step)
+    summaries.flush()
+    result.step, result.samples = trainer.step, trainer.samples
+    return result
+
+
+def _log_progress(options: RunOptions, trainer, losses: dict, rate: float, overall: float,
+                  update: int, eval_at: int, budget_updates: int) -> None:
+    """One absl line per host call: progress, losses, speed and the time left."""
+    batch = options.global_batch_size
+    next_stop = min(eval_at, budget_updates)
+    logging.info(
+        "step %d/%d, %d samples | loss %.4f (mlm %.4f, nsp %.4f), lr %.3g | %.1f samples/s "
+        "(%.1f since start) | %s to %s, %s to the step budget",
+        trainer.step, options.budget_steps, trainer.samples, losses["total_loss"],
+        losses["masked_lm_loss"], losses["next_sentence_loss"], losses["learning_rate"], rate,
+        overall, _duration((next_stop - update) * batch / max(overall, 1e-9)),
+        "the next eval" if eval_at <= budget_updates else "the end",
+        _duration((budget_updates - update) * batch / max(overall, 1e-9)))
+
+
+def main(argv: list[str]) -> None:
+    """Entry point for `python -m reference.run_pretraining`."""
+    if len(argv) > 1:
+        raise SystemExit(f"error: unexpected arguments {' '.join(argv[1:])} (flags are "
+                         "--name=value)")
+    from reference import distribution, presets  # pylint: disable=import-outside-toplevel
+    from reference.bert_config import ConfigError  # pylint: disable=import-outside-toplevel
+    from reference.checkpoint import CheckpointError  # pylint: disable=import-outside-toplevel
+    from reference.input_pipeline import InputError  # pylint: disable=import-outside-toplevel
+    errors = (UsageError, ConfigError, CheckpointError, InputError,
+              distribution.StrategyError, presets.PresetError)
+    try:
+        devices = tuple(distribution.logical_cpu_devices(FLAGS.cpu_devices)) \
+            if FLAGS.cpu_devices > 1 else ()
+        apply_preset()
+        options = options_from_flags()
+        if options.do_train:
+            result = train(options, devices)
+        else:
+            result = evaluate_only(options, devices)
+    except errors as err:
+        raise SystemExit(f"error: {err}") from None
+    last = result.evals[-1][1] if result.evals else {}
+    print(f"run_pretraining: {result.status} at step {result.step}, {result.samples} samples"
+          + (f", masked_lm_accuracy {last['masked_lm_accuracy']:.5f}" if last else ""),
+          flush=True)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,337 @@
+"""The compiled pre-training and evaluation steps, under any tf.distribute strategy.
+
+One *update* is `steps_per_update` micro-batches on every replica:
+
+    for each micro-batch (a tf.while_loop inside the replica when n > 1):
+        loss = masked-LM + next-sentence loss (reference.losses), float32
+        g = d loss / d weights, densified
+        clip g to global norm 1.0              (unless clip_after_allreduce)
+        accumulate g / n
+    all-reduce the accumulated gradients (mean over replicas)
+    clip to global norm 1.0                    (only with clip_after_allreduce)
+    apply one optimizer update, its learning rate read at micro-step  global_step + n - 1
+    global_step += n (micro-steps, the reference's count); trained_samples += n * batch
+
+Clipping before the all-reduce, per micro-batch and per replica, is what the reference does
+(TF1 `clip_by_global_norm` ahead of CrossShardOptimizer / the GradientAggregationOptimizer);
+`clip_after_allreduce` is the reference's `--clip_by_global_norm_after_gradient_allreduce`,
+which clips the averaged gradient once and makes n micro-batches of b exactly one batch of n*b.
+
+The optimizer update runs in cross-replica context (`merge_call`): each variable is updated by
+`strategy.extended.update`, once per device copy, with the optimizer's per-variable
+`update_variable`, so the optimizer's arithmetic is the single-device one.
+
+`train_steps(iterator, k)` runs k updates in one `tf.function` call (a `tf.range` loop: the
+reference's iterations_per_loop); `evaluate(dataset)` sums `reference.losses.metric_sums` over
+a finite padded eval set and returns `EvalMetrics`.
+
+Mixed precision (`"bf16"`, `"fp16"`): the model computes in the reduced type with float32
+variables (Keras mixed policy); logits are cast to float32 before the losses. fp16 adds dynamic
+loss scaling: the loss is multiplied by `loss_scale` (initially 2**15), gradients divided by it;
+an update whose gradients are not all finite is skipped and halves the scale; after
+`LOSS_SCALE_GROWTH_INTERVAL` good updates in a row the scale doubles. Skipped updates still
+count their micro-steps and samples.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+from absl import logging
+
+from reference import checkpoint as ckpt
+from reference.adamw import AdamWeightDecay
+from reference.bert_config import BertConfig
+from reference.input_pipeline import EXAMPLE_WEIGHT
+from reference.lamb import Lamb, clip_gradients, densify, epsilon_from_log, variable_name
+from reference.learning_rate import WarmupPolynomialDecay
+from reference.losses import EvalMetrics, metric_sums, pretraining_losses
+from reference.model import BertPretrainingModel
+
+MIXED_PRECISION = {"none": None, "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+INITIAL_LOSS_SCALE = 2.0 ** 15
+LOSS_SCALE_GROWTH_INTERVAL = 2000
+CHECKPOINT_NAME = "model.ckpt"  # files model.ckpt-<global step>, as the reference's
+
+
+@dataclass(frozen=True)
+class OptimizerSettings:
+    """The optimizer and its schedule (step counts in micro-steps, as the reference's flags)."""
+    name: str = "lamb"  # "lamb" or "adamw"
+    learning_rate: float = 5e-5
+    num_train_steps: int = 100_000
+    num_warmup_steps: int = 10_000
+    start_warmup_step: int = 0
+    poly_power: float = 1.0
+    beta_1: float = 0.9
+    beta_2: float = 0.999
+    weight_decay_rate: float = 0.01
+    log_epsilon: float = -6.0
+
+    @property
+    def epsilon(self) -> float:
+        """LAMB epsilon, 10 ** log_epsilon (AdamW: the reference's fixed 1e-6)."""
+        return epsilon_from_log(self.log_epsilon)
+
+
+def make_optimizer(settings: OptimizerSettings):
+    """Lamb or AdamWeightDecay with the reference's warm-up + polynomial-decay schedule."""
+    schedule = WarmupPolynomialDecay(settings.learning_rate, settings.num_train_steps,
+                                     settings.num_warmup_steps, settings.start_warmup_step,
+                                     settings.poly_power)
+    if settings.name == "lamb":
+        return Lamb(schedule, beta_1=settings.beta_1, beta_2=settings.beta_2,
+                    epsilon=settings.epsilon, weight_decay_rate=settings.weight_decay_rate)
+    if settings.name == "adamw":
+        return AdamWeightDecay(schedule)
+    raise ValueError(f"unknown optimizer {settings.name!r} (lamb or adamw)")
+
+
+def set_mixed_precision(mode: str) -> None:
+    """Set the Keras policy for "none", "bf16" or "fp16" (before the model is built)."""
+    if mode not in MIXED_PRECISION:
+        raise ValueError(f"mixed precision must be one of {', '.join(MIXED_PRECISION)}")
+    tf_keras.mixed_precision.set_global_policy(MIXED_PRECISION[mode] or "float32")
+
+
+def _float32_outputs(outputs: dict) -> dict:
+    return {key: tf.cast(outputs[key], tf.float32)
+            for key in ("masked_lm_logits", "next_sentence_logits")}
+
+
+class Trainer:
+    """Model, optimizer, step counters and the compiled steps for one strategy.
+
+    Args:
+      strategy: the tf.distribute strategy (variables are created in its scope).
+      config: the BERT configuration.
+      optimizer: OptimizerSettings.
+      train_batch_size: global records per micro-step (all replicas).
+      steps_per_update: micro-batches accumulated per optimizer update.
+      clip_after_allreduce: clip the averaged gradient once instead of each replica's
+        micro-batch gradient (see the module docstring).
+      mixed_precision: "none", "bf16" or "fp16" (set the Keras policy first:
+        `set_mixed_precision`).
+
+    Counters (checkpointed with the model and optimizer): `global_step` (micro-steps),
+    `trained_samples`, `target_reached` (1 once an eval reached the target), `loss_scale` and
+    `good_updates` (fp16).
+    """
+
+    def __init__(self, strategy: tf.distribute.Strategy, config: BertConfig,
+                 optimizer: OptimizerSettings, train_batch_size: int, steps_per_update: int = 1,
+                 clip_after_allreduce: bool = False, mixed_precision: str = "none"):
+        self.strategy = strategy
+        self.config = config
+        self.settings = optimizer
+        self.train_batch_size = int(train_batch_size)
+        self.steps_per_update = int(steps_per_update)
+        self.clip_after_allreduce = bool(clip_after_allreduce)
+        self.mixed_precision = mixed_precision
+        with strategy.scope():
+            self.model = BertPretrainingModel(config)
+            self.optimizer = make_optimizer(optimizer)
+            self.optimizer.build(self.model.trainable_variables)
+
+            def counter(name, value=0, dtype=tf.int64):
+                return tf.Variable(value, dtype=dtype, trainable=False, name=name)
+
+            self.global_step = counter("global_step")
+            self.trained_samples = counter("trained_samples")
+            self.target_reached = counter("target_reached")
+            self.loss_scale = counter("loss_scale", INITIAL_LOSS_SCALE, tf.float32)
+            self.good_updates = counter("good_updates")
+        self.checkpoint = ckpt.training_checkpoint(
+            self.model, self.optimizer, self.global_step, trained_samples=self.trained_samples,
+            target_reached=self.target_reached, loss_scale=self.loss_scale,
+            good_updates=self.good_updates)
+        self._variables = list(self.model.trainable_variables)
+        self._names = [variable_name(v) for v in self._variables]
+        self._train_steps = tf.function(self._train_steps_fn)
+        self._eval_steps = tf.function(self._eval_steps_fn)
+
+    # ------------------------------------------------------------------ state
+    @property
+    def step(self) -> int:
+        """Micro-steps trained (the reference's global step)."""
+        return int(self.global_step.numpy())
+
+    @property
+    def samples(self) -> int:
+        """Records trained."""
+        return int(self.trained_samples.numpy())
+
+    def load_initial_checkpoint(self, path: str) -> list[str]:
+        """Initialise the weights from an official TF1/TF2 checkpoint; returns the names read."""
+        with self.strategy.scope():
+            return ckpt.load_initial_checkpoint(self.model, path)
+
+    def checkpoint_manager(self, directory: str, max_to_keep: int | None
+                           ) -> tf.train.CheckpointManager:
+        """A CheckpointManager writing `model.ckpt-<global step>` files into `directory`."""
+        return tf.train.CheckpointManager(self.checkpoint, directory, max_to_keep=max_to_keep,
+                                          checkpoint_name=CHECKPOINT_NAME)
+
+    def restore(self, path: str, model_only: bool = False) -> None:
+        """Restore a training checkpoint written by `checkpoint_manager(...).save()`.
+
+        model_only: restore the weights and step counters but not the optimizer state (for
+        evaluation, whatever optimizer the checkpoint was trained with).
+        """
+        checkpoint = self.checkpoint if not model_only else tf.train.Checkpoint(
+            model=self.model, global_step=self.global_step,
+            trained_samples=self.trained_samples)
+        try:
+            status = checkpoint.read(path)
+        except (tf.errors.OpError, ValueError) as err:
+            message = str(getattr(err, "message", err)).strip().splitlines()[0]
+            raise ckpt.CheckpointError(f"{path}: cannot read checkpoint ({message})") from err
+        try:
+            status.assert_existing_objects_matched()
+        except AssertionError as err:
+            message = str(err).strip().splitlines()[0]
+            raise ckpt.CheckpointError(f"{path}: does not fit this model/optimizer "
+                                       f"({message})") from err
+        status.expect_partial()
+        logging.info("resumed from %s: global step %d, %d samples", path, self.step,
+                     self.samples)
+
+    # ------------------------------------------------------------------ training
+    def _micro_gradients(self, features):
+        with tf.GradientTape() as tape:
+            outputs = _float32_outputs(self.model(features, training=True))
+            losses = pretraining_losses(outputs, features)
+            loss = losses["total_loss"]
+            if self.mixed_precision == "fp16":
+                loss = loss * self.loss_scale
+        grads = tape.gradient(loss, self._variables)
+        grads = [tf.zeros_like(v) if g is None else densify(g)
+                 for g, v in zip(grads, self._variables)]
+        if self.mixed_precision == "fp16":
+            grads = [g / self.loss_scale for g in grads]
+        if not self.clip_after_allreduce:
+            grads, _ = clip_gradients(grads)
+        loss_vector = tf.stack([losses["total_loss"], losses["masked_lm_loss"],
+                                losses["next_sentence_loss"]])
+        return grads, loss_vector
+
+    def _replica_update(self, batch):
+        n = self.steps_per_update
+        if n == 1:
+            grads, losses = self._micro_gradients(batch)
+        else:
+            def body(i, accumulated, loss_sum):
+                micro = tf.nest.map_structure(lambda t: t[i], batch)
+                grads, losses = self._micro_gradients(micro)
+                accumulated = [a + g / n for a, g in zip(accumulated, grads)]
+                return i + 1, accumulated, loss_sum + losses
+
+            zeros = [tf.zeros_like(v) for v in self._variables]
+            _, grads, loss_sum = tf.while_loop(
+                lambda i, *_: i < n, body, (tf.constant(0), zeros, tf.zeros([3])))
+            losses = loss_sum / n
+        context = tf.distribute.get_replica_context()
+        if context.num_replicas_in_sync > 1:
+            grads = context.all_reduce(tf.distribute.ReduceOp.MEAN, grads)
+        if self.clip_after_allreduce:
+            grads, _ = clip_gradients(grads)
+        finite = None
+        if self.mixed_precision == "fp16":
+            finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+        lr = context.merge_call(self._apply_update, args=(grads, finite))
+        return losses, lr
+
+    def _apply_update(self, strategy, grads, finite):
+        """Cross-replica: one optimizer update from the all-reduced gradients."""
+        n = self.steps_per_update
+        optimizer = self.optimizer
+        lr = optimizer.current_learning_rate(self.global_step + (n - 1))
+
+        def apply():
+            beta_1_power = optimizer.beta_1_power
+            beta_2_power = optimizer.beta_2_power
+            if beta_1_power is not None:
+                beta_1_power = tf.identity(beta_1_power)
+                beta_2_power = tf.identity(beta_2_power)
+            for grad, var, name in zip(grads, self._variables, self._names):
+                m, v = optimizer.slots(var)
+                strategy.extended.update(
+                    var, functools.partial(optimizer.update_variable, name=name),
+                    args=(grad, m, v, lr, beta_1_power, beta_2_power), group=False)
+            optimizer.finish_update(beta_1_power, beta_2_power)
+
+        if finite is None:
+            apply()
+        else:
+            finite = strategy.experimental_local_results(finite)[0]
+
+            def good():
+                apply()
+                grow = self.good_updates + 1 >= LOSS_SCALE_GROWTH_INTERVAL
+                self.loss_scale.assign(tf.where(grow, self.loss_scale * 2.0, self.loss_scale))
+                self.good_updates.assign(tf.where(grow, tf.constant(0, tf.int64),
+                                                  self.good_updates + 1))
+                return tf.constant(True)
+
+            def bad():
+                self.loss_scale.assign(tf.maximum(self.loss_scale / 2.0, 1.0))
+                self.good_updates.assign(0)
+                return tf.constant(False)
+
+            tf.cond(finite, good, bad)
+        self.global_step.assign_add(n)
+        self.trained_samples.assign_add(n * self.train_batch_size)
+        return lr
+
+    def _train_steps_fn(self, iterator, num_updates):
+        strategy = self.strategy
+        loss_sum = tf.zeros([3])
+        lr = tf.constant(0.0)
+        for _ in tf.range(num_updates):
+            losses, lr = strategy.run(self._replica_update, args=(next(iterator),))
+            loss_sum += strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, axis=None)
+            lr = strategy.experimental_local_results(lr)[0]
+        return loss_sum / tf.cast(num_updates, tf.float32), lr
+
+    def train_steps(self, iterator, num_updates: int) -> dict[str, float]:
+        """Run `num_updates` optimizer updates; returns mean losses and the last learning rate.
+
+        `iterator` iterates a distributed dataset whose elements hold one update's micro-batches
+        (see reference.input_pipeline.train_dataset).
+        """
+        losses, lr = self._train_steps(iterator, tf.constant(num_updates, tf.int32))
+        losses = losses.numpy()
+        return {"total_loss": float(losses[0]), "masked_lm_loss": float(losses[1]),
+                "next_sentence_loss": float(losses[2]), "learning_rate": float(lr)}
+
+    # ------------------------------------------------------------------ evaluation
+    def _replica_eval(self, batch):
+        outputs = _float32_outputs(self.model(batch, training=False))
+        sums = metric_sums(outputs, batch, example_weights=batch[EXAMPLE_WEIGHT])
+        return tf.stack([sums[key] for key in EvalMetrics.KEYS])
+
+    def _eval_steps_fn(self, iterator, num_steps):
+        strategy = self.strategy
+        total = tf.zeros([len(EvalMetrics.KEYS)], tf.float64)
+        for _ in tf.range(num_steps):
+            sums = strategy.run(self._replica_eval, args=(next(iterator),))
+            total += tf.cast(strategy.reduce(tf.distribute.ReduceOp.SUM, sums, axis=None),
+                             tf.float64)
+        return total
+
+    def evaluate(self, dataset, num_steps: int) -> dict[str, float]:
+        """Metrics over `num_steps` global batches of a distributed eval dataset."""
+        totals = self._eval_steps(iter(dataset), tf.constant(num_steps, tf.int32)).numpy()
+        metrics = EvalMetrics()
+        metrics.update(dict(zip(EvalMetrics.KEYS, np.asarray(totals, np.float64))))
+        return metrics.result()
+
+
+def worker_checkpoint_dir(output_dir: str, chief: bool, task: int) -> str:
+    """Where this worker's CheckpointManager writes: output_dir for the chief, else a
+    per-worker scratch folder (multi-worker saving needs every worker to write)."""
+    return output_dir if chief else os.path.join(output_dir, f".worker-{task}")

@@ -1,0 +1,224 @@
+"""create_pretraining_data writes the reference's records, and fails cleanly on bad input.
+
+The expected digests (record count, md5 of the decoded features) were made by running the
+MLCommons reference create_pretraining_data.py on the same inputs and flags: the cases in
+fixtures/pretraining/cases.json (non-default flags, adversarial text, a vocabulary with
+duplicate lines, several inputs and outputs) and, where the text parts are available, the
+benchmark's flags on the reference-wiki_00-01 parts (fixtures/reference-wiki_00-01).
+"""
+from __future__ import annotations
+
+import os
+import random
+from array import array
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cleanup_scripts import VOCAB_FILE
+from cleanup_scripts.create_pretraining_data import (Corpus, InstanceMaker, MaskingConfig,
+                                                     write_pretraining_data)
+from cleanup_scripts.pretraining_features import (encode_examples, feature_spec, frame_record,
+                                                  read_records)
+from tests.conftest import run_module
+from tests.pretraining_cases import (FIXTURES, case_flags, flag_args, load_cases, mlperf_digests,
+                                     mlperf_text, write_vocab)
+from tests.tfrecord_digest import tfrecord_digest
+
+CASES = load_cases()["create"]
+MODULE = "cleanup_scripts.create_pretraining_data"
+MLPERF_FLAGS = ["--do_lower_case=True", "--max_seq_length=512", "--max_predictions_per_seq=76",
+                "--masked_lm_prob=0.15", "--random_seed=12345", "--dupe_factor=10"]
+
+
+def leftovers(directory: Path) -> list[str]:
+    """Temporary files a stage left behind in `directory`."""
+    return [path.name for path in directory.iterdir() if ".partial-" in path.name]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_records_match_reference(name, tmp_path):
+    case = CASES[name]
+    flags = case_flags(case)
+    inputs = ",".join(str(FIXTURES / path) for path in case["inputs"])
+    outputs = [tmp_path / f"out-{index}.tfrecord" for index in range(case["outputs"])]
+    result = run_module(MODULE, f"--input_file={inputs}",
+                        f"--output_file={','.join(map(str, outputs))}",
+                        f"--vocab_file={write_vocab(case['vocab'], tmp_path)}", *flag_args(flags))
+    total = sum(count for count, _ in case["expected"])
+    assert re.search(rf"create_pretraining_data: {len(case['inputs'])} files, {total} records",
+                     result.stderr)
+    digests = [list(tfrecord_digest(path, flags["max_seq_length"],
+                                    flags["max_predictions_per_seq"])) for path in outputs]
+    assert digests == case["expected"]
+    assert not leftovers(tmp_path)
+
+
+MLPERF = mlperf_digests()
+
+
+@pytest.mark.parametrize("part", sorted(MLPERF))
+def test_mlperf_parts_match_reference(part, tmp_path):
+    text = mlperf_text(part)
+    if text is None:
+        pytest.skip(f"{part} of reference-wiki_00-01 is not available here")
+    output = tmp_path / "part.tfrecord"
+    run_module(MODULE, f"--input_file={text}", f"--output_file={output}",
+               f"--vocab_file={VOCAB_FILE}", *MLPERF_FLAGS)
+    assert tfrecord_digest(output) == MLPERF[part]
+
+
+def test_defaults_are_the_benchmark_flags(tmp_path):
+    """With only input and output, the flags are MLPerf's (512, 76, seed 12345, dupe 10...)."""
+    output = tmp_path / "out.tfrecord"
+    run_module(MODULE, f"--input_file={FIXTURES / 'wiki-slice.txt'}", f"--output_file={output}")
+    assert [list(tfrecord_digest(output))] == CASES["slice-mlperf"]["expected"]
+
+
+def test_library_call_and_globs(tmp_path):
+    """write_pretraining_data (used by preprocess) and glob inputs give the same records."""
+    case = CASES["split-inputs"]
+    flags = case_flags(case)
+    del flags["preserve_unused_tokens"]
+    output = tmp_path / "lib.tfrecord"
+    count = write_pretraining_data([str(FIXTURES / path) for path in case["inputs"]],
+                                   [str(output)], vocab_file=str(VOCAB_FILE), **flags)
+    assert [[count, tfrecord_digest(output, 128, 20)[1]]] == case["expected"]
+    # A glob is expanded in sorted order: wiki-slice-a, wiki-slice-b.
+    glob_output = tmp_path / "glob.tfrecord"
+    inputs = f"{FIXTURES / 'wiki-slice-?.txt'},{FIXTURES / 'adversarial.txt'}"
+    run_module(MODULE, f"--input_file={inputs}",
+               f"--output_file={glob_output}", *flag_args(case_flags(case)))
+    assert [list(tfrecord_digest(glob_output, 128, 20))] == case["expected"]
+
+
+def test_candidate_shuffle_is_random_shuffle():
+    """The inlined shuffle makes random.Random.shuffle's draws and permutation."""
+    config = MaskingConfig(512, 76, 0.15, 0.1, 30522, 103)
+    corpus = Corpus(array("H"))
+    for seed in range(30):
+        ours, reference = random.Random(seed), random.Random(seed)
+        maker = InstanceMaker(corpus, [], config, ours)
+        sizes = random.Random(seed + 100).sample(range(1, 255), 6) + [(1, 1), (255, 254), (1, 508)]
+        for size in sizes:
+            a_length, b_length = size if isinstance(size, tuple) else (size, 509 - size)
+            expected = list(range(1, a_length + 1)) + list(range(a_length + 2,
+                                                                 a_length + b_length + 2))
+            reference.shuffle(expected)
+            assert maker.shuffled_candidates(a_length, b_length) == expected
+            assert maker._random_word() == reference.randint(0, 30521)
+        assert ours.random() == reference.random()
+
+
+def test_records_are_valid_examples_for_tensorflow(tmp_path):
+    """The hand-made protos parse in TensorFlow as the values written, in any byte layout."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    rng = np.random.default_rng(0)
+    columns = {name: (rng.random((3, spec.length)).astype(np.float32) if spec.dtype == "float32"
+                      else rng.integers(0, 2 ** 40, (3, spec.length)))
+               for name, spec in feature_spec(16, 4).items()}
+    columns["input_ids"][0, :3] = [-1, 2 ** 63 - 1, -(2 ** 63)]
+    records = encode_examples(columns)
+    path = tmp_path / "x.tfrecord"
+    path.write_bytes(b"".join(frame_record(record) for record in records))
+    assert list(read_records(path)) == records
+    assert [bytes(r.numpy()) for r in tf.data.TFRecordDataset(str(path))] == records
+    for row, record in enumerate(records):
+        example = tf.train.Example.FromString(record)
+        for name, values in columns.items():
+            feature = example.features.feature[name]
+            got = (feature.float_list.value if values.dtype == np.float32
+                   else feature.int64_list.value)
+            assert np.array_equal(np.asarray(got, dtype=values.dtype), values[row]), name
+
+
+# ---- errors -------------------------------------------------------------------------------------
+
+def assert_one_line_error(result, *fragments: str) -> None:
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert lines and lines[-1].startswith("error: "), result.stderr
+    for fragment in fragments:
+        assert fragment in lines[-1], lines[-1]
+
+
+def run_failing(tmp_path, *args: str):
+    return run_module(MODULE, *args, check=False, cwd=tmp_path)
+
+
+def test_not_a_vocab(tmp_path):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    output = tmp_path / "out.tfrecord"
+    result = run_failing(tmp_path, f"--input_file={FIXTURES / 'one-doc.txt'}",
+                         f"--output_file={output}", f"--vocab_file={vocab}")
+    assert_one_line_error(result, str(vocab), "not a BERT vocab")
+    assert not output.exists() and not leftovers(tmp_path)
+
+
+@pytest.mark.parametrize("content", [b"", b"\n\n  \n\t\n", b"\x07\n\n\xe2\x80\x8b\n"])
+def test_empty_input(tmp_path, content):
+    text = tmp_path / "empty.txt"
+    text.write_bytes(content)
+    output = tmp_path / "out.tfrecord"
+    result = run_failing(tmp_path, f"--input_file={text}", f"--output_file={output}")
+    assert_one_line_error(result, str(text), "no text")
+    assert not output.exists() and not leftovers(tmp_path)
+
+
+def test_input_not_found(tmp_path):
+    output = tmp_path / "out.tfrecord"
+    result = run_failing(tmp_path, f"--input_file={tmp_path / 'nothing-*.txt'}",
+                         f"--output_file={output}")
+    assert_one_line_error(result, "nothing-*.txt", "no input files match")
+    assert not output.exists()
+
+
+def test_invalid_utf8_input(tmp_path):
+    """The reference dies with UnicodeDecodeError here; this names the file and line."""
+    output = tmp_path / "out.tfrecord"
+    text = FIXTURES / "invalid-utf8.txt"
+    result = run_failing(tmp_path, f"--input_file={text}", f"--output_file={output}")
+    assert_one_line_error(result, str(text), "line 2 is not UTF-8")
+    assert not output.exists() and not leftovers(tmp_path)
+
+
+def test_unwritable_output(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    good = tmp_path / "good.tfrecord"
+    bad = blocker / "sub" / "out.tfrecord"
+    result = run_failing(tmp_path, f"--input_file={FIXTURES / 'one-doc.txt'}",
+                         f"--output_file={good},{bad}")
+    assert_one_line_error(result, str(blocker / "sub"), "cannot create output directory")
+    assert not good.exists() and not leftovers(tmp_path)
+    if os.geteuid() != 0:  # root writes anywhere: only a non-root run can test permissions
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        result = run_failing(tmp_path, f"--input_file={FIXTURES / 'one-doc.txt'}",
+                             f"--output_file={locked / 'out.tfrecord'}")
+        assert_one_line_error(result, str(locked))
+        assert not list(locked.iterdir())
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--max_seq_length=4", "must be at least 5"),
+    ("--max_predictions_per_seq=0", "must be at least 1"),
+    ("--dupe_factor=0", "must be at least 1"),
+    ("--masked_lm_prob=1.5", "between 0 and 1"),
+])
+def test_bad_flag_values(tmp_path, flag, message):
+    output = tmp_path / "out.tfrecord"
+    result = run_failing(tmp_path, f"--input_file={FIXTURES / 'one-doc.txt'}",
+                         f"--output_file={output}", flag)
+    assert_one_line_error(result, flag.split("=")[0], message)
+    assert not output.exists()
+
+
+def test_output_listed_twice(tmp_path):
+    output = tmp_path / "out.tfrecord"
+    result = run_failing(tmp_path, f"--input_file={FIXTURES / 'one-doc.txt'}",
+                         f"--output_file={output},{output}")
+    assert_one_line_error(result, "listed twice")

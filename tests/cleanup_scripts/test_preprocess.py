@@ -1,0 +1,128 @@
+"""`make preprocess` end to end: deterministic, resumable, equal to the reference stage by stage."""
+from __future__ import annotations
+
+import bz2
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+import cleanup_scripts
+from tests.conftest import md5_of, read_md5_manifest, run_module
+
+# Small create_pretraining_data settings keep the whole run to seconds.
+FAST = ("--dupe_factor=2", "--max_seq_length=128", "--max_predictions_per_seq=20",
+        "--num_eval_examples=200", "--nworker=2")
+
+
+def preprocess(output_dir: Path, *flags: str, check: bool = True):
+    return run_module("cleanup_scripts.preprocess", f"--output_dir={output_dir}", *flags,
+                      check=check)
+
+
+def summarised_stages(stderr: str) -> set[str]:
+    """Stages that printed a summary line (`<stage>: N files, ...`), i.e. that ran."""
+    return set(re.findall(r"^(\w+): \d+ files, ", stderr, flags=re.MULTILINE))
+
+
+def manifest(output_dir: Path) -> dict[str, str]:
+    rows = (output_dir / "manifest.tsv").read_text().splitlines()[1:]
+    return {path: md5 for path, _, md5 in (row.split("\t") for row in rows)}
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory) -> Path:
+    output = tmp_path_factory.mktemp("first") / "dataset"
+    result = preprocess(output, *FAST)
+    assert summarised_stages(result.stderr) == {
+        "extract", "clean", "segment", "separate", "gather", "tfrecords", "eval_10k", "manifest"}
+    return output
+
+
+def test_sample_run_writes_the_benchmark_layout(first_run):
+    files = manifest(first_run)
+    assert {"results/eval.txt", "results/eval.md5", "results/part-00000-of-00500",
+            "tfrecords/part-00000-of-00500", "tfrecords/eval_intermediate",
+            "tfrecords/eval_10k"} <= set(files)
+    assert any(path.startswith("text/AA/wiki_") for path in files)
+    assert len((first_run / "results" / "eval.md5").read_text().split()) == 20
+    for path, digest in files.items():
+        assert md5_of(first_run / path) == digest
+
+
+def test_second_run_gives_identical_md5_for_every_output(first_run, tmp_path):
+    second = tmp_path / "dataset"
+    preprocess(second, *FAST)
+    assert manifest(second) == manifest(first_run)
+
+
+def test_rerun_skips_finished_stages_and_redoes_changed_ones(first_run, tmp_path):
+    output = tmp_path / "dataset"
+    shutil.copytree(first_run, output)
+    unchanged = preprocess(output, *FAST)
+    assert summarised_stages(unchanged.stderr) == set()
+    changed = preprocess(output, *FAST[:-2], "--num_eval_examples=50", "--nworker=2")
+    assert summarised_stages(changed.stderr) == {"eval_10k", "manifest"}
+    assert manifest(output)["tfrecords/eval_10k"] != manifest(first_run)["tfrecords/eval_10k"]
+
+
+def test_process_wiki_matches_reference_on_sample_files(tmp_path, fixtures_dir):
+    for name in ("wiki_00", "wiki_01"):
+        shutil.copy(fixtures_dir / "wiki-extracted" / name, tmp_path / name)
+    run_module("cleanup_scripts.process_wiki", f"{tmp_path}/wiki_??", "--num_test_articles=20",
+               "--block_size=1.5", f"--results_dir={tmp_path}/results", "--nworker=2")
+    expected = read_md5_manifest(fixtures_dir / "reference-wiki_00-01" / "md5sums.txt")
+    for name, digest in expected.items():
+        produced = tmp_path / name.removeprefix("text/")
+        assert md5_of(produced) == digest, name
+
+
+def test_dump_with_wrong_official_md5_is_refused(tmp_path):
+    fake = tmp_path / "enwiki-20200101-pages-articles-multistream.xml.bz2"
+    shutil.copy(cleanup_scripts.SAMPLE_DUMP, fake)
+    result = preprocess(tmp_path / "out", f"--dump={fake}", check=False)
+    assert result.returncode != 0
+    assert f"error: {fake}: md5 differs from the official" in result.stderr
+    assert not (tmp_path / "out" / "text").exists()
+
+
+def test_truncated_dump_is_refused_without_output(tmp_path):
+    truncated = tmp_path / "dump.xml.bz2"
+    truncated.write_bytes(cleanup_scripts.SAMPLE_DUMP.read_bytes()[:200_000])
+    result = preprocess(tmp_path / "out", f"--dump={truncated}", check=False)
+    assert result.returncode != 0
+    assert str(truncated) in result.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "out" / "text").exists()
+    assert not (tmp_path / "out" / "manifest.tsv").exists()
+
+
+def test_empty_dump_is_refused(tmp_path):
+    empty = tmp_path / "empty.xml.bz2"
+    empty.write_bytes(bz2.compress(b""))
+    result = preprocess(tmp_path / "out", f"--dump={empty}", check=False)
+    assert result.returncode != 0
+    assert str(empty) in result.stderr.strip().splitlines()[-1]
+
+
+def test_not_a_vocab_is_refused_before_tfrecords_look_complete(first_run, tmp_path):
+    output = tmp_path / "dataset"
+    shutil.copytree(first_run, output)
+    bad_vocab = tmp_path / "vocab.txt"
+    bad_vocab.write_text("hello\nworld\n")
+    result = preprocess(output, *FAST, f"--vocab_file={bad_vocab}", check=False)
+    assert result.returncode != 0
+    assert str(bad_vocab) in result.stderr.strip().splitlines()[-1]
+    assert not (output / ".state" / "tfrecords").exists()
+    assert not (output / "manifest.tsv").exists()
+
+
+def test_unwritable_output_directory(tmp_path):
+    # Tests run as root, where permission bits do not stop writes: a file where a directory
+    # must go is unwritable for everyone.
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    result = preprocess(blocker / "dataset", *FAST, check=False)
+    assert result.returncode != 0
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert last_line.startswith("error: ") and str(blocker) in last_line
