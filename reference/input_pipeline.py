@@ -5,12 +5,12 @@ every int64 feature is cast to int32 (accelerators work in int32, as the referen
 
 Training (`train_dataset`), per input pipeline:
   files (shuffled, seeded) -> interleaved records (deterministic order for a seed) ->
-  [record-level shard] -> shuffle buffer (seeded) -> repeat -> batch(per-replica batch,
+  shuffle buffer (seeded) -> repeat -> [record-level shard] -> batch(per-replica batch,
   drop_remainder) -> parse -> [batch(steps_per_update): one element per optimizer update].
 With several input pipelines (multi-worker) the *files* are sharded when there are at least as
-many files as pipelines; otherwise every pipeline reads the same seeded stream and keeps every
-k-th record, so that the union of the per-replica batches of a step is the batch a single
-device would have drawn.
+many files as pipelines; otherwise every pipeline builds the same seeded stream and keeps every
+k-th record, so that the union of the per-replica batches of a step is exactly the batch a
+single device would have drawn.
 
 Evaluation (`eval_dataset`): the first `num_records` records in file order, no shuffle, each
 once; padded with all-zero records up to a whole number of global batches. The extra feature
@@ -134,11 +134,11 @@ def train_dataset(files: list[str], batch_size: int, max_seq_length: int,
     dataset = dataset.interleave(tf.data.TFRecordDataset,
                                  cycle_length=min(CYCLE_LENGTH, len(files)),
                                  num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    if num_pipelines > 1 and not shard_files:
-        dataset = dataset.shard(num_pipelines, pipeline_id)
     if shuffle_buffer:
         dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     dataset = dataset.repeat()
+    if num_pipelines > 1 and not shard_files:
+        dataset = dataset.shard(num_pipelines, pipeline_id)
     dataset = dataset.batch(batch_size, drop_remainder=True)
     dataset = dataset.map(lambda r: parse_batch(r, max_seq_length, max_predictions_per_seq),
                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

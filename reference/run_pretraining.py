@@ -439,14 +439,13 @@ def _duration(seconds: float) -> str:
 class _Run:
     """One process's part of a run: strategy, trainer, datasets, logs."""
 
-    def __init__(self, options: RunOptions, devices: tuple[str, ...] = ()):
+    def __init__(self, options: RunOptions, strategy=None):
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
         from reference import distribution, trainer  # pylint: disable=import-outside-toplevel
         self.tf = tf
         self.options = options
         trainer.set_mixed_precision(options.mixed_precision)
-        request = dataclasses.replace(options.strategy, devices=tuple(devices))
-        self.strategy = distribution.make_strategy(request)
+        self.strategy = strategy or distribution.make_strategy(options.strategy)
         self.chief = distribution.is_chief(self.strategy)
         self.task = distribution.task_id(self.strategy)
         self.train_per_replica = distribution.per_replica(options.train_batch_size,
@@ -509,10 +508,13 @@ class _Run:
         return metrics
 
 
-def evaluate_only(options: RunOptions, devices: tuple[str, ...] = ()) -> RunResult:
-    """--do_eval --nodo_train: one eval of --init_checkpoint or the latest checkpoint."""
+def evaluate_only(options: RunOptions, strategy=None) -> RunResult:
+    """--do_eval --nodo_train: one eval of --init_checkpoint or the latest checkpoint.
+
+    strategy: the tf.distribute strategy (default: made from options.strategy).
+    """
     from reference import checkpoint as ckpt  # pylint: disable=import-outside-toplevel
-    run = _Run(options, devices)
+    run = _Run(options, strategy)
     tf = run.tf
     trainer = run.build_trainer()
     source = options.init_checkpoint or tf.train.latest_checkpoint(options.output_dir)
@@ -539,14 +541,17 @@ def evaluate_only(options: RunOptions, devices: tuple[str, ...] = ()) -> RunResu
     return RunResult("evaluated", trainer.step, trainer.samples, [(trainer.samples, metrics)])
 
 
-def train(options: RunOptions, devices: tuple[str, ...] = ()) -> RunResult:
-    """--do_train [--do_eval]: an MLPerf run (see the module docstring)."""
+def train(options: RunOptions, strategy=None) -> RunResult:
+    """--do_train [--do_eval]: an MLPerf run (see the module docstring).
+
+    strategy: the tf.distribute strategy (default: made from options.strategy).
+    """
     from benchmark.mlperf_log import BertLogger, Hyperparameters  # pylint: disable=import-outside-toplevel
     from reference import checkpoint as ckpt  # pylint: disable=import-outside-toplevel
     from reference.run_log import NONCOMPLIANT, RESUME, ExtraEvents  # pylint: disable=import-outside-toplevel
     from reference.trainer import worker_checkpoint_dir  # pylint: disable=import-outside-toplevel
 
-    run = _Run(options, devices)
+    run = _Run(options, strategy)
     tf = run.tf
     n = options.steps_per_update
     batch = options.global_batch_size
@@ -596,6 +601,8 @@ def train(options: RunOptions, devices: tuple[str, ...] = ()) -> RunResult:
         elif options.init_checkpoint:
             names = trainer.load_initial_checkpoint(options.init_checkpoint)
             extra.weights_initialization(ckpt.restored_tensor_names(names))
+        else:
+            trainer.initialize_weights(options.seed)
         for key, value in (("opt_name", options.optimizer.name),
                            ("max_sequence_length", options.max_seq_length),
                            ("max_predictions_per_seq", options.max_predictions_per_seq),
@@ -748,14 +755,20 @@ def main(argv: list[str]) -> None:
     errors = (UsageError, ConfigError, CheckpointError, InputError,
               distribution.StrategyError, presets.PresetError)
     try:
+        # The strategy comes first: multi-worker collectives and TPUs must be set up before
+        # TensorFlow runs anything (the flag checks read files with tf.data).
         devices = tuple(distribution.logical_cpu_devices(FLAGS.cpu_devices)) \
             if FLAGS.cpu_devices > 1 else ()
         apply_preset()
+        strategy = distribution.make_strategy(distribution.StrategyRequest(
+            use_tpu=FLAGS.use_tpu, tpu_name=FLAGS.tpu_name, tpu_zone=FLAGS.tpu_zone,
+            gcp_project=FLAGS.gcp_project, num_tpu_cores=FLAGS.num_tpu_cores,
+            num_gpus=FLAGS.num_gpus, devices=devices))
         options = options_from_flags()
         if options.do_train:
-            result = train(options, devices)
+            result = train(options, strategy)
         else:
-            result = evaluate_only(options, devices)
+            result = evaluate_only(options, strategy)
     except errors as err:
         raise SystemExit(f"error: {err}") from None
     last = result.evals[-1][1] if result.evals else {}

@@ -165,6 +165,28 @@ class Trainer:
         """Records trained."""
         return int(self.trained_samples.numpy())
 
+    def initialize_weights(self, seed: int) -> None:
+        """Draw fresh weights that depend only on `seed` (not on the strategy or device count).
+
+        The model's own initializers are stateful and draw different values under different
+        strategies; here each variable, in name order, gets the reference's initialisation from
+        a stateless generator keyed by (seed, index): truncated normal with stddev
+        initializer_range for kernels and embeddings, ones for LayerNorm gamma, zeros for
+        LayerNorm beta and biases.
+        """
+        stddev = self.config.initializer_range
+        named = sorted((ckpt.model_variable_name(self.model, v), v) for v in self.model.variables)
+        for index, (name, var) in enumerate(named):
+            if name.endswith("gamma"):
+                value = tf.ones(var.shape, var.dtype)
+            elif name.endswith(("beta", "bias")):
+                value = tf.zeros(var.shape, var.dtype)
+            else:
+                value = tf.random.stateless_truncated_normal(
+                    var.shape, seed=tf.constant([seed, index], tf.int64), stddev=stddev,
+                    dtype=var.dtype)
+            var.assign(value)
+
     def load_initial_checkpoint(self, path: str) -> list[str]:
         """Initialise the weights from an official TF1/TF2 checkpoint; returns the names read."""
         with self.strategy.scope():

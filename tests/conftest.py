@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -42,3 +43,22 @@ def read_md5_manifest(path: str | os.PathLike) -> dict[str, str]:
 def fixtures_dir() -> Path:
     """The committed test fixtures."""
     return REPO / "tests" / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def sample_results_dir(tmp_path_factory) -> Path:
+    """results/ of process_wiki on the committed wiki_00/wiki_01, with the reference fixture's
+    flags (20 test articles, 1.5 MiB parts); every text output is checked against the md5 the
+    reference scripts produced, so tests may use these parts as the reference's."""
+    from cleanup_scripts.process_wiki import process_wiki
+
+    work = tmp_path_factory.mktemp("reference-wiki_00-01")
+    for name in ("wiki_00", "wiki_01"):
+        shutil.copy(REPO / "tests" / "fixtures" / "wiki-extracted" / name, work / name)
+    process_wiki(str(work / "wiki_??"), str(work / "results"), num_test_articles=20,
+                 seed=12345, block_size_mb=1.5, nworker=1)
+    expected = read_md5_manifest(REPO / "tests" / "fixtures" / "reference-wiki_00-01" /
+                                 "md5sums.txt")
+    for name, digest in expected.items():
+        assert md5_of(work / name.removeprefix("text/")) == digest, name
+    return work / "results"

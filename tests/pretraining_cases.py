@@ -20,9 +20,6 @@ TESTS = Path(__file__).resolve().parent
 FIXTURES = TESTS / "fixtures" / "pretraining"
 CASES_FILE = FIXTURES / "cases.json"
 MLPERF_DIGESTS = TESTS / "fixtures" / "reference-wiki_00-01" / "tfrecord-digests.txt"
-# Where the text parts of the reference-wiki_00-01 fixture may be found (optional inputs).
-MLPERF_TEXT_DIRS = (TESTS / "fixtures" / "reference-wiki_00-01" / "results",
-                    Path("/work/shared/fixtures/reference-wiki_00-01/results"))
 
 
 def load_cases() -> dict:
@@ -55,14 +52,6 @@ def write_vocab(kind: str, directory: str | os.PathLike) -> str:
     path = Path(directory) / "dup-vocab.txt"
     path.write_bytes(b"\n".join(derived_vocab_lines()) + b"\n")
     return str(path)
-
-
-def mlperf_text(name: str) -> Path | None:
-    """A text part of the reference-wiki_00-01 fixture, if one is available here."""
-    for directory in MLPERF_TEXT_DIRS:
-        if (directory / name).is_file():
-            return directory / name
-    return None
 
 
 def mlperf_digests() -> dict[str, tuple[int, str]]:

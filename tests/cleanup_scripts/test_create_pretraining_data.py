@@ -24,7 +24,7 @@ from cleanup_scripts.pretraining_features import (encode_examples, feature_spec,
                                                   read_records)
 from tests.conftest import run_module
 from tests.pretraining_cases import (FIXTURES, case_flags, flag_args, load_cases, mlperf_digests,
-                                     mlperf_text, write_vocab)
+                                     write_vocab)
 from tests.tfrecord_digest import tfrecord_digest
 
 CASES = load_cases()["create"]
@@ -60,10 +60,8 @@ MLPERF = mlperf_digests()
 
 
 @pytest.mark.parametrize("part", sorted(MLPERF))
-def test_mlperf_parts_match_reference(part, tmp_path):
-    text = mlperf_text(part)
-    if text is None:
-        pytest.skip(f"{part} of reference-wiki_00-01 is not available here")
+def test_mlperf_parts_match_reference(part, tmp_path, sample_results_dir):
+    text = sample_results_dir / part
     output = tmp_path / "part.tfrecord"
     run_module(MODULE, f"--input_file={text}", f"--output_file={output}",
                f"--vocab_file={VOCAB_FILE}", *MLPERF_FLAGS)
@@ -222,3 +220,26 @@ def test_output_listed_twice(tmp_path):
     result = run_failing(tmp_path, f"--input_file={FIXTURES / 'one-doc.txt'}",
                          f"--output_file={output},{output}")
     assert_one_line_error(result, "listed twice")
+
+
+def test_vocabulary_of_more_than_65536_tokens(tmp_path):
+    """Ids above 16 bits survive the compact storage (tokens and random replacement words)."""
+    vocab = tmp_path / "big-vocab.txt"
+    words = [f"w{index}" for index in range(70_000)]
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words) + "\n")
+    text = tmp_path / "text.txt"
+    text.write_text("\n\n".join(" ".join(words[(doc * 997 + k * 7919) % 70_000] for k in range(12))
+                                for doc in range(30)) + "\n")
+    output = tmp_path / "out.tfrecord"
+    count = write_pretraining_data([str(text)], [str(output)], vocab_file=str(vocab),
+                                   max_seq_length=32, max_predictions_per_seq=8, dupe_factor=3)
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from cleanup_scripts.pretraining_features import tf_feature_spec
+    parsed = [tf.io.parse_single_example(record, tf_feature_spec(32, 8))
+              for record in tf.data.TFRecordDataset(str(output))]
+    assert len(parsed) == count > 0
+    ids = np.concatenate([example["input_ids"].numpy() for example in parsed])
+    labels = np.concatenate([example["masked_lm_ids"].numpy() for example in parsed])
+    assert ids.max() > 65_536 and labels.max() > 65_536
+    text_ids = {index + 5 for index in range(70_000)} | {0, 2, 3, 4}
+    assert set(labels.tolist()) - {0} <= text_ids

@@ -23,7 +23,7 @@ def preprocess(output_dir: Path, *flags: str, check: bool = True):
 
 def summarised_stages(stderr: str) -> set[str]:
     """Stages that printed a summary line (`<stage>: N files, ...`), i.e. that ran."""
-    return set(re.findall(r"^(\w+): \d+ files, ", stderr, flags=re.MULTILINE))
+    return set(re.findall(r"^([\w+]+): \d+ files, ", stderr, flags=re.MULTILINE))
 
 
 def manifest(output_dir: Path) -> dict[str, str]:
@@ -67,15 +67,21 @@ def test_rerun_skips_finished_stages_and_redoes_changed_ones(first_run, tmp_path
     assert manifest(output)["tfrecords/eval_10k"] != manifest(first_run)["tfrecords/eval_10k"]
 
 
-def test_process_wiki_matches_reference_on_sample_files(tmp_path, fixtures_dir):
-    for name in ("wiki_00", "wiki_01"):
-        shutil.copy(fixtures_dir / "wiki-extracted" / name, tmp_path / name)
-    run_module("cleanup_scripts.process_wiki", f"{tmp_path}/wiki_??", "--num_test_articles=20",
-               "--block_size=1.5", f"--results_dir={tmp_path}/results", "--nworker=2")
-    expected = read_md5_manifest(fixtures_dir / "reference-wiki_00-01" / "md5sums.txt")
-    for name, digest in expected.items():
-        produced = tmp_path / name.removeprefix("text/")
-        assert md5_of(produced) == digest, name
+def test_process_wiki_matches_reference_on_sample_files(sample_results_dir):
+    # The fixture runs process_wiki and compares all eight text outputs and four results files
+    # with the reference's md5s.
+    assert sorted(p.name for p in sample_results_dir.iterdir()) == [
+        "eval.md5", "eval.txt", "part-00000-of-00500", "part-00001-of-00500"]
+
+
+def test_process_wiki_cli(tmp_path, fixtures_dir):
+    shutil.copy(fixtures_dir / "wiki-extracted" / "wiki_00", tmp_path / "wiki_00")
+    result = run_module("cleanup_scripts.process_wiki", f"{tmp_path}/wiki_??",
+                        "--num_test_articles=5", f"--results_dir={tmp_path}/results")
+    assert summarised_stages(result.stderr) == {
+        "cleanup_file+clean", "do_sentence_segmentation", "seperate_test_set", "do_gather"}
+    assert (tmp_path / "results" / "part-00000-of-00500").is_file()
+    assert len((tmp_path / "results" / "eval.md5").read_text().split()) == 5
 
 
 def test_dump_with_wrong_official_md5_is_refused(tmp_path):
