@@ -10,11 +10,7 @@ import pytest
 
 import cleanup_scripts
 from tests.conftest import md5_of, read_md5_manifest, run_module
-
-# Small create_pretraining_data settings keep the whole run to seconds.
-FAST = ("--dupe_factor=2", "--max_seq_length=128", "--max_predictions_per_seq=20",
-        "--num_eval_examples=200", "--nworker=2")
-
+from tests.tfrecord_digest import tfrecord_digest
 
 def preprocess(output_dir: Path, *flags: str, check: bool = True):
     return run_module("cleanup_scripts.preprocess", f"--output_dir={output_dir}", *flags,
@@ -33,8 +29,9 @@ def manifest(output_dir: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory) -> Path:
+    """`make preprocess` as a user runs it: the embedded sample, every default."""
     output = tmp_path_factory.mktemp("first") / "dataset"
-    result = preprocess(output, *FAST)
+    result = preprocess(output, "--nworker=2")
     assert summarised_stages(result.stderr) == {
         "extract", "clean", "segment", "separate", "gather", "tfrecords", "eval_10k", "manifest"}
     return output
@@ -51,18 +48,37 @@ def test_sample_run_writes_the_benchmark_layout(first_run):
         assert md5_of(first_run / path) == digest
 
 
+def test_every_stage_equals_the_reference_scripts_on_the_sample(first_run, fixtures_dir):
+    reference = fixtures_dir / "reference-enwiki-sample"
+    produced = manifest(first_run)
+    for name, digest in read_md5_manifest(reference / "extracted.md5").items():
+        assert produced[name] == digest, name
+    work_dirs = {"2": "cleaned", "3": "sentences", "4": "train"}
+    for name, digest in read_md5_manifest(reference / "md5sums.txt").items():
+        if name.startswith("results/"):
+            assert produced[name] == digest, name
+        else:  # text/AA/wiki_00.2 -> work/cleaned/AA/wiki_00 (.1 is never written alone)
+            stem, suffix = name.rsplit(".", 1)
+            if suffix in work_dirs:
+                path = first_run / "work" / work_dirs[suffix] / stem.removeprefix("text/")
+                assert md5_of(path) == digest, name
+    for line in (reference / "tfrecord-digests.txt").read_text().splitlines():
+        name, count, decoded = line.split()
+        assert tfrecord_digest(first_run / "tfrecords" / name) == (int(count), decoded), name
+
+
 def test_second_run_gives_identical_md5_for_every_output(first_run, tmp_path):
     second = tmp_path / "dataset"
-    preprocess(second, *FAST)
+    preprocess(second, "--nworker=1")
     assert manifest(second) == manifest(first_run)
 
 
 def test_rerun_skips_finished_stages_and_redoes_changed_ones(first_run, tmp_path):
     output = tmp_path / "dataset"
     shutil.copytree(first_run, output)
-    unchanged = preprocess(output, *FAST)
+    unchanged = preprocess(output, "--nworker=2")
     assert summarised_stages(unchanged.stderr) == set()
-    changed = preprocess(output, *FAST[:-2], "--num_eval_examples=50", "--nworker=2")
+    changed = preprocess(output, "--num_eval_examples=50", "--nworker=2")
     assert summarised_stages(changed.stderr) == {"eval_10k", "manifest"}
     assert manifest(output)["tfrecords/eval_10k"] != manifest(first_run)["tfrecords/eval_10k"]
 
@@ -116,7 +132,7 @@ def test_not_a_vocab_is_refused_before_tfrecords_look_complete(first_run, tmp_pa
     shutil.copytree(first_run, output)
     bad_vocab = tmp_path / "vocab.txt"
     bad_vocab.write_text("hello\nworld\n")
-    result = preprocess(output, *FAST, f"--vocab_file={bad_vocab}", check=False)
+    result = preprocess(output, f"--vocab_file={bad_vocab}", check=False)
     assert result.returncode != 0
     assert str(bad_vocab) in result.stderr.strip().splitlines()[-1]
     assert not (output / ".state" / "tfrecords").exists()
@@ -128,7 +144,7 @@ def test_unwritable_output_directory(tmp_path):
     # must go is unwritable for everyone.
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")
-    result = preprocess(blocker / "dataset", *FAST, check=False)
+    result = preprocess(blocker / "dataset", check=False)
     assert result.returncode != 0
     last_line = result.stderr.strip().splitlines()[-1]
     assert last_line.startswith("error: ") and str(blocker) in last_line
