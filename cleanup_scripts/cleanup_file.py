@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import argparse
 import io
-import time
 from typing import Iterable, Iterator
 
-from cleanup_scripts.fileio import InputError, atomic_output, expand_inputs
-from cleanup_scripts.runner import (StageSummary, exit_on_input_error, map_in_workers, report,
-                                    total_bytes)
+from cleanup_scripts.fileio import InputError, atomic_output
+from cleanup_scripts.runner import exit_on_input_error, run_suffix_stage
 
 
 def strip_doc_markup(lines: Iterable[str]) -> Iterator[str]:
@@ -71,12 +69,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output_suffix", default=".1", help="Suffix of the files written.")
     parser.add_argument("--nworker", type=int, default=0, help="Worker processes (0: all cores).")
     args = parser.parse_args(argv)
-    started = time.time()
-    inputs = expand_inputs(args.data, args.input_suffix)
-    jobs = [(path + args.input_suffix, path + args.output_suffix) for path in inputs]
-    lines = map_in_workers(_process, jobs, args.nworker, desc="cleanup_file")
-    report(StageSummary("cleanup_file", len(jobs), sum(lines),
-                        total_bytes(job[0] for job in jobs), started))
+    run_suffix_stage("cleanup_file", _process, args.data, args.input_suffix, args.output_suffix,
+                     args.nworker)
 
 
 if __name__ == "__main__":

@@ -320,14 +320,17 @@ def _read_header(handle: BinaryIO, path: str, index: int) -> int | None:
     return struct.unpack("<Q", length_bytes)[0]
 
 
+def _open_tfrecord(path: str) -> BinaryIO:
+    try:
+        return open(path, "rb")
+    except OSError as err:
+        raise InputError(f"{path}: cannot read TFRecord file ({err.strerror})") from err
+
+
 def read_records(path: str | os.PathLike) -> Iterator[bytes]:
     """Each record of a TFRecord file, checksums verified; InputError if it is damaged."""
     path = str(path)
-    try:
-        handle = open(path, "rb")
-    except OSError as err:
-        raise InputError(f"{path}: cannot read TFRecord file ({err.strerror})") from err
-    with handle:
+    with _open_tfrecord(path) as handle:
         index = 0
         while True:
             length = _read_header(handle, path, index)
@@ -346,11 +349,7 @@ def read_records(path: str | os.PathLike) -> Iterator[bytes]:
 def count_records(path: str | os.PathLike) -> int:
     """Number of records in a TFRecord file, reading only the headers."""
     path = str(path)
-    try:
-        handle = open(path, "rb")
-    except OSError as err:
-        raise InputError(f"{path}: cannot read TFRecord file ({err.strerror})") from err
-    with handle:
+    with _open_tfrecord(path) as handle:
         size = os.fstat(handle.fileno()).st_size
         count = 0
         while True:

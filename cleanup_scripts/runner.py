@@ -12,7 +12,7 @@ from typing import Callable, Iterable, Sequence, TypeVar
 from absl import logging
 from tqdm import tqdm
 
-from cleanup_scripts.fileio import InputError
+from cleanup_scripts.fileio import InputError, expand_inputs
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -84,6 +84,19 @@ def report(summary: StageSummary) -> None:
 def total_bytes(paths: Iterable[str]) -> int:
     """Sum of the sizes of `paths`, in bytes."""
     return sum(os.path.getsize(path) for path in paths)
+
+
+def run_suffix_stage(stage: str, function: Callable[[tuple[str, str]], int], pattern: str,
+                     input_suffix: str, output_suffix: str, nworker: int) -> None:
+    """Run a reference-style per-file stage: for each file F matching `pattern`, call
+    `function((F + input_suffix, F + output_suffix))` (returning a record count) in workers,
+    then report the stage's summary line."""
+    started = time.time()
+    inputs = expand_inputs(pattern, input_suffix)
+    jobs = [(path + input_suffix, path + output_suffix) for path in inputs]
+    records = map_in_workers(function, jobs, nworker, desc=stage)
+    report(StageSummary(stage, len(jobs), sum(records), total_bytes(job[0] for job in jobs),
+                        started))
 
 
 def exit_on_input_error(main: Callable[[], None]) -> None:

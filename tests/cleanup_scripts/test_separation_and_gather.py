@@ -12,7 +12,7 @@ import pytest
 
 from cleanup_scripts.do_gather import plan_parts, worker_splits
 from cleanup_scripts import seperate_test_set as separation
-from tests.conftest import md5_of, read_md5_manifest, run_module
+from tests.conftest import md5_of, run_module
 from tests.corpus import build_text_tree
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "separation_gather" / "reference.md5"
