@@ -10,12 +10,14 @@ NWORKER  ?= 0
 PREPROCESS_ARGS ?=
 # make verify: a directory holding official artifacts (or a preprocess output).
 DIR      ?= $(OUT)
+# make download: official artifacts (config, vocab, tf1_ckpt, tf2_ckpt, dump; or all).
+ARTIFACTS ?= config,vocab
 # make check: a log, a results folder, or a submission tree.
 LOG        ?=
 SUBMISSION ?=
 CHECK_ARGS ?=
 
-.PHONY: install test test-all preprocess verify check clean-build
+.PHONY: install test test-all preprocess download verify check clean-build
 
 install:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +34,9 @@ test-all:
 preprocess:
 	$(PY) -m cleanup_scripts.preprocess --output_dir=$(OUT) --nworker=$(NWORKER) \
 		$(if $(DUMP),--dump=$(DUMP)) $(PREPROCESS_ARGS)
+
+download:
+	$(PY) -m cleanup_scripts.download --output_dir=$(DIR) --artifacts=$(ARTIFACTS)
 
 verify:
 	$(PY) -m cleanup_scripts.verify $(DIR)
