@@ -10,14 +10,18 @@ NWORKER  ?= 0
 PREPROCESS_ARGS ?=
 # make verify: a directory holding official artifacts (or a preprocess output).
 DIR      ?= $(OUT)
+# make upload / make verify: a bucket copy of the dataset (gs://bucket/prefix).
+BUCKET   ?=
 # make download: official artifacts (config, vocab, tf1_ckpt, tf2_ckpt, dump; or all).
 ARTIFACTS ?= config,vocab
+# make bench: the reference's cleanup_scripts folder (a checkout of mlcommons/training).
+REFERENCE_DIR ?=
 # make check: a log, a results folder, or a submission tree.
 LOG        ?=
 SUBMISSION ?=
 CHECK_ARGS ?=
 
-.PHONY: install test test-all preprocess download verify check clean-build
+.PHONY: install test test-all preprocess download upload verify check bench clean-build
 
 install:
 	$(PYTHON) -m venv $(VENV)
@@ -38,8 +42,16 @@ preprocess:
 download:
 	$(PY) -m cleanup_scripts.download --output_dir=$(DIR) --artifacts=$(ARTIFACTS)
 
+upload:
+	$(if $(BUCKET),,$(error give BUCKET=gs://bucket/prefix))
+	$(PY) -m cleanup_scripts.upload --bucket=$(BUCKET) --source_dir=$(OUT) --nworker=$(NWORKER)
+
 verify:
-	$(PY) -m cleanup_scripts.verify $(DIR)
+	$(PY) -m cleanup_scripts.verify $(or $(BUCKET),$(DIR))
+
+bench:
+	$(PY) -m cleanup_scripts.bench --reference_dir=$(REFERENCE_DIR) \
+		--text_dir=$(OUT)/text --part=$(OUT)/results/part-00000-of-00500
 
 check:
 	$(PY) -m benchmark.check $(LOG) $(if $(SUBMISSION),--submission $(SUBMISSION)) $(CHECK_ARGS)

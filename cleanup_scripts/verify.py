@@ -1,13 +1,15 @@
 """Check a directory's files against the benchmark's official md5s and sizes.
 
     python -m cleanup_scripts.verify DIR        (or: make verify DIR=...)
+    python -m cleanup_scripts.verify gs://BUCKET/PREFIX
 
 Every known artifact (see `checksums/`) is looked for under DIR, in our layout
 (`DIR/bert_config.json`, `DIR/tf1_ckpt/…`, `DIR/results/…`, `DIR/text/FE/…`,
 `DIR/tfrecords/…`) and in the reference's (`wiki/`, `cleanup_scripts/text/`, `results4/`, …),
 and reported as `ok`, `differs` or `missing`. When an `eval.md5` is present, the number of its
 hashes found in the official list of 10,000 eval articles is reported too. Exit status 0 when
-nothing differs, 1 otherwise.
+nothing differs, 1 otherwise. A `gs://` argument checks a bucket copy the same way, from the
+objects' size and md5 metadata, without downloading them (`cleanup_scripts/verify_bucket.py`).
 
 `md5_file` and `verify_file` are the chunked md5 helpers the other stages use.
 """
@@ -19,7 +21,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath, PurePosixPath
 
 from tqdm import tqdm
 
@@ -99,8 +101,9 @@ class Finding:
 
     artifact: checksums.Artifact
     status: str  # "ok", "differs" or "missing"
-    found_at: Path | None = None
+    found_at: PurePath | None = None  # a file; for a bucket, the object's path under the prefix
     detail: str = ""
+    size: int | None = None  # bytes of what was found
 
 
 def check_artifact(root: Path, artifact: checksums.Artifact) -> Finding:
@@ -111,16 +114,17 @@ def check_artifact(root: Path, artifact: checksums.Artifact) -> Finding:
     size = found.stat().st_size
     if artifact.size is not None and size != artifact.size:
         return Finding(artifact, "differs", found,
-                       f"{size} bytes, expected {artifact.size}")
+                       f"{size} bytes, expected {artifact.size}", size)
     if artifact.md5 is None:
-        return Finding(artifact, "ok", found, "size only: no official md5")
+        return Finding(artifact, "ok", found, "size only: no official md5", size)
     try:
         actual = md5_file(found)
     except OSError as err:
         raise InputError(f"{found}: cannot read ({err.strerror})") from err
     if actual != artifact.md5:
-        return Finding(artifact, "differs", found, f"md5 {actual}, expected {artifact.md5}")
-    return Finding(artifact, "ok", found)
+        return Finding(artifact, "differs", found, f"md5 {actual}, expected {artifact.md5}",
+                       size)
+    return Finding(artifact, "ok", found, size=size)
 
 
 def check_directory(root: str | os.PathLike) -> list[Finding]:
@@ -138,7 +142,7 @@ def count_official_eval_hashes(eval_md5: str | os.PathLike) -> tuple[int, int]:
     return sum(value in official for value in hashes), len(hashes)
 
 
-def format_finding(root: Path, finding: Finding) -> str:
+def format_finding(root: PurePath, finding: Finding) -> str:
     """One report line: status, artifact path, where it was found if elsewhere, details."""
     line = f"{finding.status:<8} {finding.artifact.path}"
     if finding.found_at is not None:
@@ -155,27 +159,38 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description="Check files under DIR against the benchmark's official md5s and sizes.")
     parser.add_argument("directory", metavar="DIR",
-                        help="A download directory, a preprocess output or a reference tree.")
+                        help="A download directory, a preprocess output or a reference tree; "
+                             "or gs://BUCKET/PREFIX, a bucket copy of one.")
     parser.add_argument("--hide_missing", action="store_true",
                         help="Do not list artifacts that are absent (they are still counted).")
     args = parser.parse_args(argv)
     started = time.time()
-    root = Path(args.directory)
-    findings = check_directory(root)
+    eval_counts = None  # (where, official hashes, hashes)
+    if args.directory.startswith("gs://"):
+        from cleanup_scripts import verify_bucket  # google-cloud-storage, only when needed
+        root = PurePosixPath()
+        findings = verify_bucket.check_bucket(args.directory)
+        eval_counts = verify_bucket.count_official_eval_hashes_in_bucket(args.directory,
+                                                                         findings)
+    else:
+        root = Path(args.directory)
+        findings = check_directory(root)
+        eval_md5 = locate(root, "results/eval.md5")
+        if eval_md5 is not None:
+            eval_counts = (eval_md5.relative_to(root).as_posix(),
+                           *count_official_eval_hashes(eval_md5))
     for finding in findings:
         if finding.status != "missing" or not args.hide_missing:
             print(format_finding(root, finding))
-    eval_md5 = locate(root, "results/eval.md5")
-    if eval_md5 is not None:
-        matched, total = count_official_eval_hashes(eval_md5)
-        print(f"{eval_md5.relative_to(root).as_posix()}: {matched} of its {total} hashes are "
-              f"official eval-article hashes")
+    if eval_counts is not None:
+        where, matched, total = eval_counts
+        print(f"{where}: {matched} of its {total} hashes are official eval-article hashes")
     counts = {status: sum(f.status == status for f in findings)
               for status in ("ok", "differs", "missing")}
     print(f"{counts['ok']} ok, {counts['differs']} differ, {counts['missing']} missing")
-    checked = [f.found_at for f in findings if f.found_at is not None]
+    checked = [f for f in findings if f.found_at is not None]
     report(StageSummary("verify", len(checked), counts["ok"],
-                        sum(path.stat().st_size for path in checked), started))
+                        sum(f.size or 0 for f in checked), started))
     if counts["differs"]:
         sys.exit(1)
 

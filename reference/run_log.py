@@ -55,13 +55,13 @@ class ExtraEvents:
         """One `weights_initialization` record per tensor restored from the initial checkpoint."""
         for name in tensors:
             self._mllogger.event(key=mlc.WEIGHTS_INITIALIZATION, value=None,
-                                 metadata={"tensor": name}, stack_offset=1)
+                                 metadata={"tensor": name}, stack_offset=2)
 
     def hyperparameters(self, hp: Hyperparameters, eval_samples: int) -> None:
         """Every hyperparameter of `hp`, then the true `eval_samples`."""
         for key, value in hp.items():
-            self._mllogger.event(key=key, value=value, stack_offset=1)
-        self._mllogger.event(key=mlc.EVAL_SAMPLES, value=int(eval_samples), stack_offset=1)
+            self._mllogger.event(key=key, value=value, stack_offset=2)
+        self._mllogger.event(key=mlc.EVAL_SAMPLES, value=int(eval_samples), stack_offset=2)
 
     def close(self) -> None:
         """Flush and close the file."""

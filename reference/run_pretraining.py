@@ -61,79 +61,90 @@ from benchmark import constants
 
 FLAGS = flags.FLAGS
 
-# -- the reference's flags -------------------------------------------------------------------
-flags.DEFINE_string("bert_config_file", None, "bert_config.json of the model to train.")
-flags.DEFINE_string("input_file", None, "Training TFRecords: comma-separated files or globs "
-                    "(local or gs://). With --nodo_train, the eval records if no --eval_file.")
-flags.DEFINE_string("output_dir", None, "Checkpoints, eval_results.txt, summaries, MLPerf log.")
-flags.DEFINE_string("init_checkpoint", None, "Initial weights: the official TF1 or TF2 "
-                    "model.ckpt-28252 (or, for --nodo_train, a checkpoint of ours).")
-flags.DEFINE_integer("max_seq_length", constants.MAX_SEQ_LENGTH, "Tokens per record.")
-flags.DEFINE_integer("max_predictions_per_seq", constants.MAX_PREDICTIONS_PER_SEQ,
-                     "Masked positions per record.")
-flags.DEFINE_bool("do_train", False, "Train (with evals at the MLPerf cadence if --do_eval).")
-flags.DEFINE_bool("do_eval", False, "Evaluate (alone with --nodo_train: once).")
-flags.DEFINE_integer("train_batch_size", 32, "Records per micro-step, all replicas together.")
-flags.DEFINE_integer("eval_batch_size", 8, "Records per eval step, all replicas together.")
-flags.DEFINE_enum("optimizer", "lamb", ["lamb", "adamw"], "The optimizer (the benchmark's is "
-                  "lamb; adamw is the reference's AdamWeightDecayOptimizer).")
-flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate.")
-flags.DEFINE_float("poly_power", 1.0, "Power of the polynomial decay.")
-flags.DEFINE_integer("num_train_steps", 100000, "Micro-steps over which the rate decays to 0; "
-                     "the step budget.")
-flags.DEFINE_integer("num_warmup_steps", 10000, "Warm-up micro-steps.")
-flags.DEFINE_integer("start_warmup_step", 0, "Micro-step at which warm-up counts 0 (may be < 0).")
-flags.DEFINE_integer("stop_steps", None, "Stop after this many micro-steps (the schedule still "
-                     "spans --num_train_steps).")
-flags.DEFINE_integer("save_checkpoints_steps", 1000, "Save a checkpoint every this many "
-                     "micro-steps (and always at the end).")
-flags.DEFINE_integer("iterations_per_loop", 1000, "Micro-steps per compiled host call.")
-flags.DEFINE_integer("max_eval_steps", 100, "Eval batches: the first max_eval_steps * "
-                     "eval_batch_size records are evaluated.")
-flags.DEFINE_bool("use_tpu", False, "Run on a Cloud TPU (TPUStrategy).")
-flags.DEFINE_string("tpu_name", None, "TPU name or grpc:// address.")
-flags.DEFINE_string("tpu_zone", None, "GCE zone of the TPU.")
-flags.DEFINE_string("gcp_project", None, "GCP project of the TPU.")
-flags.DEFINE_integer("num_tpu_cores", 8, "TPU cores (checked against the TPU found).")
-flags.DEFINE_integer("num_gpus", 0, "GPUs to mirror over (> 1: MirroredStrategy).")
-flags.DEFINE_integer("steps_per_update", 1, "Micro-batches accumulated per optimizer update.")
-flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints kept (0: all).")
-flags.DEFINE_float("lamb_weight_decay_rate", 0.01, "LAMB weight decay.")
-flags.DEFINE_float("lamb_beta_1", 0.9, "LAMB beta_1.")
-flags.DEFINE_float("lamb_beta_2", 0.999, "LAMB beta_2.")
-flags.DEFINE_float("log_epsilon", -6, "LAMB epsilon is 10 ** log_epsilon.")
-flags.DEFINE_bool("clip_by_global_norm_after_gradient_allreduce", False,
-                  "Clip the averaged gradient once, instead of each replica's micro-batch "
-                  "gradient before averaging (the reference's default).")
-# -- the MLPerf run ----------------------------------------------------------------------------
-flags.DEFINE_string("eval_file", None, "Eval TFRecords (eval_10k) for --do_train --do_eval.")
-flags.DEFINE_float("target_mlm_accuracy", constants.TARGET_MLM_ACCURACY,
-                   "Stop at the first eval with masked-LM accuracy >= this (below 0.720: "
-                   "open division).")
-flags.DEFINE_integer("eval_frequency_samples", 0, "Samples between evals; 0: the benchmark's "
-                     "eval_frequency(global batch). Another value needs "
-                     "--noncompliant_eval_frequency.")
-flags.DEFINE_bool("noncompliant_eval_frequency", False, "Allow --eval_frequency_samples to "
-                  "differ from the benchmark's cadence (the run is logged as open division).")
-flags.DEFINE_bool("eval_at_start", False, "Also evaluate before training (0 samples; the "
-                  "official checkpoint scores about 0.34085).")
-flags.DEFINE_string("mlperf_log", None, "MLPerf log file (local); default OUTPUT_DIR/mlperf.log "
-                    "(./mlperf.log when OUTPUT_DIR is remote).")
-flags.DEFINE_string("submission_org", "reference", "submission_org of the MLPerf log.")
-flags.DEFINE_string("submission_platform", None, "submission_platform; default e.g. 8xGPU.")
-flags.DEFINE_enum("submission_division", "closed", ["closed", "open"], "submission_division.")
-flags.DEFINE_enum("submission_status", "onprem", ["onprem", "cloud", "preview", "research"],
-                  "submission_status.")
-flags.DEFINE_integer("seed", None, "Random seed (weights, dropout, data order); default: drawn "
-                     "at start and logged.")
-flags.DEFINE_enum("mixed_precision", "none", ["none", "bf16", "fp16"], "Compute type; fp16 "
-                  "adds dynamic loss scaling.")
-flags.DEFINE_float("dropout_override", None, "Set both dropout probabilities of the config.")
-flags.DEFINE_string("preset", None, "A preset of reference/presets/ (v3-128, v100-8, a100-8, "
-                    "demo); flags given on the command line win.")
-flags.DEFINE_string("data_dir", None, "For --preset: the folder with part-* and eval_10k.")
-flags.DEFINE_integer("cpu_devices", 0, "Split the CPU into this many devices and mirror over "
-                     "them (tests and demos of the multi-replica path).")
+# The command line: (kind, name, default, help[, choices]). The reference's flags come first,
+# with its names and meanings; then those of the MLPerf run.
+FLAG_TABLE = (
+    ("string", "bert_config_file", None, "bert_config.json of the model to train."),
+    ("string", "input_file", None, "Training TFRecords: comma-separated files or globs (local "
+     "or gs://). With --nodo_train, the eval records if no --eval_file."),
+    ("string", "output_dir", None, "Checkpoints, eval_results.txt, summaries, the MLPerf log."),
+    ("string", "init_checkpoint", None, "Initial weights: the official TF1 or TF2 "
+     "model.ckpt-28252 (or, with --nodo_train, a checkpoint of ours)."),
+    ("integer", "max_seq_length", constants.MAX_SEQ_LENGTH, "Tokens per record."),
+    ("integer", "max_predictions_per_seq", constants.MAX_PREDICTIONS_PER_SEQ,
+     "Masked positions per record."),
+    ("bool", "do_train", False, "Train (with evals at the MLPerf cadence if --do_eval)."),
+    ("bool", "do_eval", False, "Evaluate (alone, with --nodo_train: once)."),
+    ("integer", "train_batch_size", 32, "Records per micro-step, all replicas together."),
+    ("integer", "eval_batch_size", 8, "Records per eval step, all replicas together."),
+    ("enum", "optimizer", "lamb", "The optimizer: lamb (the benchmark's) or adamw (the "
+     "reference's AdamWeightDecayOptimizer).", ["lamb", "adamw"]),
+    ("float", "learning_rate", 5e-5, "Peak learning rate."),
+    ("float", "poly_power", 1.0, "Power of the polynomial decay."),
+    ("integer", "num_train_steps", 100000, "Micro-steps over which the rate decays to 0; the "
+     "step budget."),
+    ("integer", "num_warmup_steps", 10000, "Warm-up micro-steps."),
+    ("integer", "start_warmup_step", 0, "Micro-step at which warm-up counts 0 (may be < 0)."),
+    ("integer", "stop_steps", None, "Stop after this many micro-steps (the schedule still spans "
+     "--num_train_steps)."),
+    ("integer", "save_checkpoints_steps", 1000, "Save a checkpoint every this many micro-steps "
+     "(and always at the end)."),
+    ("integer", "iterations_per_loop", 1000, "Micro-steps per compiled host call."),
+    ("integer", "max_eval_steps", 100, "Eval batches: the first max_eval_steps * "
+     "eval_batch_size records are evaluated."),
+    ("bool", "use_tpu", False, "Run on a Cloud TPU (TPUStrategy)."),
+    ("string", "tpu_name", None, "TPU name or grpc:// address."),
+    ("string", "tpu_zone", None, "GCE zone of the TPU."),
+    ("string", "gcp_project", None, "GCP project of the TPU."),
+    ("string", "master", None, "Accepted for the reference's command lines; unused."),
+    ("integer", "num_tpu_cores", 8, "TPU cores (checked against the TPU found)."),
+    ("integer", "num_gpus", 0, "GPUs to mirror over (> 1: MirroredStrategy)."),
+    ("integer", "steps_per_update", 1, "Micro-batches accumulated per optimizer update."),
+    ("integer", "keep_checkpoint_max", 5, "Checkpoints kept (0: all)."),
+    ("float", "lamb_weight_decay_rate", 0.01, "LAMB weight decay."),
+    ("float", "lamb_beta_1", 0.9, "LAMB beta_1."),
+    ("float", "lamb_beta_2", 0.999, "LAMB beta_2."),
+    ("float", "log_epsilon", -6, "LAMB epsilon is 10 ** log_epsilon."),
+    ("bool", "clip_by_global_norm_after_gradient_allreduce", False, "Clip the averaged "
+     "gradient once instead of each replica's micro-batch gradient (the reference's default)."),
+    # The MLPerf run.
+    ("string", "eval_file", None, "Eval TFRecords (eval_10k) for --do_train --do_eval."),
+    ("float", "target_mlm_accuracy", constants.TARGET_MLM_ACCURACY, "Stop at the first eval "
+     "with masked-LM accuracy >= this (another value: open division)."),
+    ("integer", "eval_frequency_samples", 0, "Samples between evals; 0: the benchmark's "
+     "eval_frequency(global batch). Another value needs --noncompliant_eval_frequency."),
+    ("bool", "noncompliant_eval_frequency", False, "Allow --eval_frequency_samples to differ "
+     "from the benchmark's cadence (the run is then logged as open division)."),
+    ("bool", "eval_at_start", False, "Also evaluate before training, at 0 samples (the official "
+     "checkpoint scores about 0.34085)."),
+    ("string", "mlperf_log", None, "MLPerf log file (local); default OUTPUT_DIR/mlperf.log "
+     "(./mlperf.log when OUTPUT_DIR is remote)."),
+    ("string", "submission_org", "reference", "submission_org of the MLPerf log."),
+    ("string", "submission_platform", None, "submission_platform; default e.g. 8xGPU."),
+    ("enum", "submission_division", "closed", "submission_division.", ["closed", "open"]),
+    ("enum", "submission_status", "onprem", "submission_status.",
+     ["onprem", "cloud", "preview", "research"]),
+    ("integer", "seed", None, "Random seed (weights, dropout, data order); default: drawn at "
+     "start and logged."),
+    ("enum", "mixed_precision", "none", "Compute type; fp16 adds dynamic loss scaling.",
+     ["none", "bf16", "fp16"]),
+    ("float", "dropout_override", None, "Set both dropout probabilities of the BERT config."),
+    ("string", "preset", None, "A preset of reference/presets/ (v3-128, v100-8, a100-8, demo); "
+     "flags given on the command line win."),
+    ("string", "data_dir", None, "For --preset: the folder with part-* and eval_10k."),
+    ("integer", "cpu_devices", 0, "Split the CPU into this many devices and mirror over them "
+     "(tests and demos of the multi-replica path)."),
+)
+
+
+def define_flags(flag_values: flags.FlagValues = FLAGS) -> flags.FlagValues:
+    """Define FLAG_TABLE on `flag_values` (the script uses the global FLAGS; tests their own)."""
+    for kind, name, default, help_text, *choices in FLAG_TABLE:
+        if kind == "enum":
+            flags.DEFINE_enum(name, default, choices[0], help_text, flag_values=flag_values)
+        else:
+            getattr(flags, f"DEFINE_{kind}")(name, default, help_text, flag_values=flag_values)
+    return flag_values
 
 
 class UsageError(ValueError):
@@ -778,4 +789,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

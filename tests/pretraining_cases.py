@@ -1,7 +1,7 @@
 """The create_pretraining_data / pick_eval_samples cases whose reference outputs are committed.
 
 `fixtures/pretraining/cases.json` lists each case (inputs, flags, vocabulary) with the digests
-(`tests.tfrecord_digest`) of the TFRecords the MLCommons reference scripts wrote for it; the
+(`cleanup_scripts.tfrecord_digest`) of the TFRecords the MLCommons reference scripts wrote for it; the
 procedure that made them is in `fixtures/pretraining/README.md`. This module is shared by the
 tests and by that procedure, so both read the same cases and build the same derived files.
 """

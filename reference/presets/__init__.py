@@ -6,7 +6,9 @@ Each `<name>.json` here holds
 
 Flag values may use placeholders, filled in by `resolve`:
 
-    {data}         --data_dir: the folder holding the TFRecords (part-* and eval_10k)
+    {data}         --data_dir: the folder holding the TFRecords (part-* and eval_10k); a
+                   preset with "default_dataset": "build/dataset" falls back to the TFRecord
+                   folder that `make preprocess` writes under that output directory
     {bert_config}  the benchmark's bert_config.json shipped in cleanup_scripts/data/bert/
     {presets}      this folder (for config files that belong to a preset)
 
@@ -20,8 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from cleanup_scripts import BERT_CONFIG_FILE
+from cleanup_scripts.layout import DatasetLayout
 
 PRESET_DIR = Path(__file__).resolve().parent
+REPO_DIR = PRESET_DIR.parents[1]
 
 
 class PresetError(ValueError):
@@ -52,10 +56,13 @@ def resolve(name: str, data_dir: str | None = None) -> dict[str, Any]:
 
     Raises PresetError when a value needs {data} and no data_dir was given.
     """
+    preset = load(name)
+    if not data_dir and preset.get("default_dataset"):
+        data_dir = str(DatasetLayout(REPO_DIR / preset["default_dataset"]).tfrecord_dir)
     fields = {"bert_config": str(BERT_CONFIG_FILE), "presets": str(PRESET_DIR),
               "data": (data_dir or "").rstrip("/")}
     flags = {}
-    for key, value in load(name)["flags"].items():
+    for key, value in preset["flags"].items():
         if isinstance(value, str):
             if "{data}" in value and not data_dir:
                 raise PresetError(f"--preset={name}: --data_dir is required ({key} is {value})")

@@ -25,7 +25,7 @@ from cleanup_scripts.pretraining_features import (encode_examples, feature_spec,
 from tests.conftest import run_module
 from tests.pretraining_cases import (FIXTURES, case_flags, flag_args, load_cases, mlperf_digests,
                                      write_vocab)
-from tests.tfrecord_digest import tfrecord_digest
+from cleanup_scripts.tfrecord_digest import tfrecord_digest
 
 CASES = load_cases()["create"]
 MODULE = "cleanup_scripts.create_pretraining_data"

@@ -20,7 +20,7 @@ from cleanup_scripts.pretraining_features import (DecodeError, count_records, de
 from tests.conftest import run_module
 from tests.pretraining_cases import (FIXTURES, case_flags, flag_args, load_cases,
                                      synthetic_records, write_synthetic_tfrecord)
-from tests.tfrecord_digest import tfrecord_digest
+from cleanup_scripts.tfrecord_digest import tfrecord_digest
 
 CASES = load_cases()
 PICKS = CASES["pick"]

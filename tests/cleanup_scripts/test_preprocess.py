@@ -10,7 +10,7 @@ import pytest
 
 import cleanup_scripts
 from tests.conftest import md5_of, read_md5_manifest, run_module
-from tests.tfrecord_digest import tfrecord_digest
+from cleanup_scripts.tfrecord_digest import tfrecord_digest
 
 def preprocess(output_dir: Path, *flags: str, check: bool = True):
     return run_module("cleanup_scripts.preprocess", f"--output_dir={output_dir}", *flags,

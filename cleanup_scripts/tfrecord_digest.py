@@ -1,10 +1,10 @@
-"""Digests of pretraining TFRecords for tests: record count and an md5 of the decoded features.
+"""Digests of pretraining TFRecords: record count and an md5 of the decoded features.
 
 The md5 runs over every record's features in sorted name order, each as the raw bytes of its
 int64 or float32 values, so two files with the same records in the same order agree whatever
 the byte layout of their protos. Decoding goes through TensorFlow's own parser
 (`tf.io.parse_example` with the standard fixed-length spec), independent of the project's
-writer. Command line: python -m tests.tfrecord_digest FILE [SEQ_LEN] [MAX_PRED].
+writer. Command line: python -m cleanup_scripts.tfrecord_digest FILE [SEQ_LEN] [MAX_PRED].
 """
 from __future__ import annotations
 

@@ -1,0 +1,249 @@
+"""`make bench` (data pipeline): our stages against the reference scripts, side by side.
+
+    python -m cleanup_scripts.bench --reference_dir=PATH/retired_benchmarks/bert/cleanup_scripts \\
+        [--text_dir=build/dataset/text] [--part=build/dataset/results/part-00000-of-00500] \\
+        [--part_copies=8] [--output=build/bench/preprocess.md]
+
+Both sides run as separate processes on the same inputs and flags on this machine; each is
+measured from outside (wall seconds, CPU seconds, peak RSS from wait4). Outputs are compared
+(text byte for byte, TFRecords by their decoded records) before a ratio is reported. The
+reference's scripts are not part of this project: pass the folder of a checkout of the
+MLCommons training repository. Its TF1 scripts run under `tensorflow.compat.v1`, and its
+sentence segmentation uses the installed NLTK with our vendored Punkt parameters (so it is
+NLTK 3.10's speed, not 3.4.5's). Ends with a projection for all 500 parts on larger machines.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import glob
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from cleanup_scripts import PUNKT_ENGLISH_DIR, VOCAB_FILE
+from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir
+from cleanup_scripts.runner import exit_on_input_error
+from cleanup_scripts.tfrecord_digest import tfrecord_digest
+
+PRETRAINING_FLAGS = ("--do_lower_case=True", "--max_seq_length=512",
+                     "--max_predictions_per_seq=76", "--masked_lm_prob=0.15",
+                     "--random_seed=12345", "--dupe_factor=10")
+# Runs a reference TF1 script with `tensorflow` bound to `tensorflow.compat.v1`.
+_TF1_LAUNCHER = """import os, runpy, sys
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import tensorflow.compat.v1 as tf
+sys.modules["tensorflow"] = tf
+sys.path.insert(0, os.path.dirname(sys.argv[1]))
+script, sys.argv = sys.argv[1], sys.argv[1:]
+runpy.run_path(script, run_name="__main__")
+"""
+PROJECTION_CORES = (32, 64, 96)
+OFFICIAL_PARTS = 500
+OFFICIAL_PART_MB = 27.0
+
+
+@dataclass
+class Measurement:
+    """One process tree's cost: wall and CPU seconds, and the peak RSS of its largest process."""
+
+    wall_s: float
+    cpu_s: float
+    peak_rss_mb: float
+
+
+def measure(commands: list[list[str]], cwd: str, env: dict | None = None) -> Measurement:
+    """Run `commands` one after another; sum wall and CPU time, keep the largest peak RSS."""
+    wall = cpu = peak = 0.0
+    for command in commands:
+        started = time.perf_counter()
+        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE)
+        _, status, usage = os.wait4(process.pid, 0)
+        wall += time.perf_counter() - started
+        stderr = process.stderr.read().decode(errors="replace") if process.stderr else ""
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise InputError(f"{' '.join(command[:3])}: failed:\n{stderr[-2000:]}")
+        cpu += usage.ru_utime + usage.ru_stime
+        peak = max(peak, usage.ru_maxrss / 1024.0)
+    return Measurement(wall, cpu, peak)
+
+
+def tree_digest(root: Path, names: list[str]) -> str:
+    """md5 over the bytes of `names` (relative to `root`), in order."""
+    digest = hashlib.md5()
+    for name in names:
+        digest.update((root / name).read_bytes())
+    return digest.hexdigest()
+
+
+def copy_text_tree(text_dir: Path, target: Path) -> list[str]:
+    """Copy the extracted files of `text_dir` (XX/wiki_NN) to target/text; relative names."""
+    names = sorted(str(Path(p).relative_to(text_dir))
+                   for p in glob.glob(str(text_dir / "*" / "wiki_??")))
+    if not names:
+        raise InputError(f"{text_dir}: no extracted files (XX/wiki_NN); run make preprocess")
+    for name in names:
+        (target / "text" / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(text_dir / name, target / "text" / name)
+    return names
+
+
+def reference_nltk_data(work: Path) -> str:
+    """An NLTK data folder holding our vendored English Punkt tables for the reference."""
+    folder = work / "nltk_data" / "tokenizers" / "punkt_tab" / "english"
+    shutil.copytree(PUNKT_ENGLISH_DIR, folder)
+    return str(work / "nltk_data")
+
+
+def bench_text_stages(reference_dir: Path, text_dir: Path, work: Path, num_test_articles: int,
+                      block_size: float) -> dict:
+    """Reference cleanup→gather chain vs our process_wiki, one worker each, then ours on 2."""
+    results = {}
+    for side in ("reference", "ours-1", "ours-2"):
+        root = work / side
+        names = copy_text_tree(text_dir, root)
+        (root / "results").mkdir()
+        pattern = "text/*/wiki_??"
+        if side == "reference":
+            env = dict(os.environ, NLTK_DATA=reference_nltk_data(root))
+            commands = [[sys.executable, str(reference_dir / "cleanup_file.py"),
+                         f"--data={pattern}", "--output_suffix=.1", "--nworker=1"]]
+            commands += [["bash", str(reference_dir / "clean.sh"), f"text/{n}.1", f"text/{n}.2"]
+                         for n in names]
+            commands += [
+                [sys.executable, str(reference_dir / "do_sentence_segmentation.py"),
+                 f"--data={pattern}", "--input_suffix=.2", "--output_suffix=.3", "--nworker=1"],
+                [sys.executable, str(reference_dir / "seperate_test_set.py"), f"--data={pattern}",
+                 "--input_suffix=.3", "--output_suffix=.4", "--nworker=1",
+                 f"--num_test_articles={num_test_articles}", "--test_output=results/eval"],
+                [sys.executable, str(reference_dir / "do_gather.py"), f"--data={pattern}",
+                 "--input_suffix=.4", f"--block_size={block_size}", "--out_dir=results"]]
+        else:
+            env = None
+            commands = [[sys.executable, "-m", "cleanup_scripts.process_wiki", pattern,
+                         f"--num_test_articles={num_test_articles}", f"--block_size={block_size}",
+                         "--results_dir=results", f"--nworker={side[-1]}"]]
+        measured = measure(commands, str(root), env)
+        outputs = sorted(p.name for p in (root / "results").iterdir())
+        results[side] = (measured, tree_digest(root / "results", outputs))
+    input_mb = sum(p.stat().st_size for p in (work / "ours-1" / "text").rglob("wiki_??")) / 1e6
+    return {"input_mb": input_mb, **results}
+
+
+def bench_pretraining(reference_dir: Path, part: Path, copies: int, work: Path) -> dict:
+    """Reference create_pretraining_data vs ours on `copies` concatenated copies of `part`."""
+    source = work / "part.txt"
+    with open(source, "wb") as out:
+        for _ in range(copies):
+            out.write(part.read_bytes())
+    launcher = work / "tf1_launcher.py"
+    launcher.write_text(_TF1_LAUNCHER)
+    results = {}
+    for side in ("reference", "ours"):
+        output = work / f"{side}.tfrecord"
+        flags = [f"--input_file={source}", f"--output_file={output}",
+                 f"--vocab_file={VOCAB_FILE}", *PRETRAINING_FLAGS]
+        command = ([sys.executable, str(launcher),
+                    str(reference_dir / "create_pretraining_data.py"), *flags]
+                   if side == "reference" else
+                   [sys.executable, "-m", "cleanup_scripts.create_pretraining_data", *flags])
+        results[side] = (measure([command], str(work)), tfrecord_digest(output))
+    return {"input_mb": source.stat().st_size / 1e6, **results}
+
+
+def ratio_rows(stage: str, input_mb: float, reference: Measurement, ours: Measurement) -> list[str]:
+    """Markdown rows: each side's figures and reference/ours ratios."""
+    rows = []
+    for name, m in (("reference", reference), ("ours", ours)):
+        rows.append(f"| {stage} | {name} | {input_mb:.1f} | {m.wall_s:.1f} | {m.cpu_s:.1f} | "
+                    f"{input_mb / m.cpu_s:.3f} | {m.peak_rss_mb:.0f} |")
+    rows.append(f"| {stage} | **ratio ref/ours** | | {reference.wall_s / ours.wall_s:.1f}x | "
+                f"{reference.cpu_s / ours.cpu_s:.1f}x | {reference.cpu_s / ours.cpu_s:.1f}x | "
+                f"1/{reference.peak_rss_mb / ours.peak_rss_mb:.1f} |")
+    return rows
+
+
+def projection_rows(label: str, cpu_s_per_mb: float, rss_mb: float, memory_gb: float) -> list[str]:
+    """Projected wall time for 500 parts of 27 MB: one part per core, limited by memory."""
+    rows = []
+    for cores in PROJECTION_CORES:
+        parallel = max(1, min(cores, int(memory_gb * 1024 // max(rss_mb, 1.0))))
+        waves = -(-OFFICIAL_PARTS // parallel)
+        hours = waves * OFFICIAL_PART_MB * cpu_s_per_mb / 3600
+        rows.append(f"| {label} | {cores} | {memory_gb:.0f} | {parallel} | {hours:.2f} |")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    """CLI: run both benches and write the markdown report."""
+    parser = argparse.ArgumentParser(description="Data pipeline bench, ours vs the reference.")
+    parser.add_argument("--reference_dir", required=True,
+                        help="The reference's cleanup_scripts folder (from mlcommons/training).")
+    parser.add_argument("--text_dir", default="build/dataset/text", help="Extracted text.")
+    parser.add_argument("--part", default="build/dataset/results/part-00000-of-00500",
+                        help="A text part for create_pretraining_data.")
+    parser.add_argument("--part_copies", type=int, default=8,
+                        help="Copies of --part concatenated into the pretraining input.")
+    parser.add_argument("--num_test_articles", type=int, default=20)
+    parser.add_argument("--block_size", type=float, default=1.5)
+    parser.add_argument("--memory_gb_per_core", type=float, default=4.0,
+                        help="Memory per core assumed by the projection.")
+    parser.add_argument("--output", default="build/bench/preprocess.md")
+    args = parser.parse_args(argv)
+    reference_dir = Path(args.reference_dir)
+    if not (reference_dir / "create_pretraining_data.py").is_file():
+        raise InputError(f"{reference_dir}: no create_pretraining_data.py (the reference's "
+                         "cleanup_scripts folder is needed)")
+    part = Path(args.part)
+    if not part.is_file():
+        raise InputError(f"{part}: no such text part; run make preprocess first")
+    with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
+        work = Path(scratch)
+        text = bench_text_stages(reference_dir, Path(args.text_dir), work / "text",
+                                 args.num_test_articles, args.block_size)
+        pre = bench_pretraining(reference_dir, part, args.part_copies, work)
+    for side in ("ours-1", "ours-2"):
+        if text[side][1] != text["reference"][1]:
+            raise InputError(f"text stages: {side} results differ from the reference's")
+    if pre["ours"][1] != pre["reference"][1]:
+        raise InputError("create_pretraining_data: our records differ from the reference's")
+    ref_pre, ours_pre = pre["reference"][0], pre["ours"][0]
+    lines = [
+        f"# Data pipeline bench, {datetime.date.today()} on {platform.node()} "
+        f"({os.cpu_count()} cores, Python {platform.python_version()})", "",
+        "Outputs identical on both sides (text bytes; TFRecords record for record).", "",
+        "| stage | side | input MB | wall s | CPU s | MB per CPU-s | peak RSS MB |",
+        "|---|---|---:|---:|---:|---:|---:|",
+        *ratio_rows("clean+segment+separate+gather", text["input_mb"], text["reference"][0],
+                    text["ours-1"][0]),
+        *ratio_rows("create_pretraining_data", pre["input_mb"], ref_pre, ours_pre), "",
+        f"Scaling of our text stages: 1 worker {text['ours-1'][0].wall_s:.1f} s, "
+        f"2 workers {text['ours-2'][0].wall_s:.1f} s "
+        f"({text['ours-1'][0].wall_s / text['ours-2'][0].wall_s:.2f}x).", "",
+        f"## Projection: create_pretraining_data for {OFFICIAL_PARTS} parts of "
+        f"{OFFICIAL_PART_MB:.0f} MB", "",
+        "From the measured CPU seconds per MB, one part per core while memory allows; the peak "
+        f"RSS is scaled linearly by {OFFICIAL_PART_MB:.0f} MB / input MB (an upper bound).", "",
+        "| side | cores | GB per core | parts at once | hours |", "|---|---:|---:|---:|---:|",
+    ]
+    scale = OFFICIAL_PART_MB / pre["input_mb"]
+    for label, measured in (("reference", ref_pre), ("ours", ours_pre)):
+        lines += projection_rows(label, measured.cpu_s / pre["input_mb"],
+                                 measured.peak_rss_mb * scale, args.memory_gb_per_core)
+    report = "\n".join(lines) + "\n"
+    ensure_dir(Path(args.output).parent)
+    with atomic_output(args.output) as out:
+        out.write(report)
+    print(report)
+
+
+if __name__ == "__main__":
+    exit_on_input_error(main)

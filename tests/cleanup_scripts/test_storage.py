@@ -1,0 +1,454 @@
+"""gs:// storage against a real GCS emulator (gcp-storage-emulator) on 127.0.0.1: upload,
+bucket verification, a corrupted object, transfers killed with SIGKILL and resumed, and
+TensorFlow reading a gs:// TFRecord."""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import os
+import signal
+import socket
+import ssl
+import struct
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("gcp_storage_emulator", reason="the GCS emulator (test extra) is needed")
+google_crc32c = pytest.importorskip("google_crc32c")
+
+import cleanup_scripts  # noqa: E402
+from cleanup_scripts import checksums, storage, verify_bucket  # noqa: E402
+from cleanup_scripts.fileio import InputError  # noqa: E402
+from tests.conftest import REPO, md5_of, run_module  # noqa: E402
+
+OFFICIAL_EVAL_MD5 = checksums.CHECKSUMS_DIR / checksums.EVAL_ARTICLES_FILE
+SUBPROCESS_TIMEOUT_S = 60
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_for(condition, timeout_s: float, what: str, interval_s: float = 0.005):
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory):
+    """A gcp-storage-emulator process on a free 127.0.0.1 port, in memory; its base URL."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("emulator") / "emulator.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1",
+             "--port", str(port), "--in-memory", "-q"],
+            stdout=out, stderr=subprocess.STDOUT, cwd=log.parent)
+    endpoint = f"http://127.0.0.1:{port}"
+
+    def healthy():
+        assert process.poll() is None, log.read_text()
+        try:
+            with urllib.request.urlopen(endpoint + "/", timeout=1) as response:
+                return response.read() == b"OK"
+        except OSError:
+            return False
+
+    try:
+        wait_for(healthy, 20, "the emulator to start", 0.1)
+        yield endpoint
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+@pytest.fixture
+def bucket(emulator, monkeypatch):
+    """A new, empty bucket on the emulator; STORAGE_EMULATOR_HOST points there (and so for
+    the subprocesses the test starts)."""
+    monkeypatch.setenv(storage.EMULATOR_ENV, emulator)
+    name = f"test-{uuid.uuid4().hex[:12]}"
+    storage.make_client().create_bucket(name)
+    return name
+
+
+def tfrecord(records: list[bytes]) -> bytes:
+    """TFRecord framing: length, masked crc32c of the length, data, masked crc32c of the data."""
+    def masked_crc(data: bytes) -> bytes:
+        crc = google_crc32c.value(data)
+        return struct.pack("<I", (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
+
+    out = bytearray()
+    for record in records:
+        length = struct.pack("<Q", len(record))
+        out += length + masked_crc(length) + record + masked_crc(record)
+    return bytes(out)
+
+
+TF_RECORDS = [f"record {i}: {'x' * i}".encode() for i in range(50)]
+
+
+@pytest.fixture
+def dataset(tmp_path) -> Path:
+    """A small prepared dataset: official config, vocab and eval.md5, a text file, a results
+    part and a TFRecord, with the manifest.tsv that `make preprocess` writes."""
+    root = tmp_path / "dataset"
+    files = {
+        "bert_config.json": cleanup_scripts.BERT_CONFIG_FILE.read_bytes(),
+        "vocab.txt": cleanup_scripts.VOCAB_FILE.read_bytes(),
+        "results/eval.md5": OFFICIAL_EVAL_MD5.read_bytes(),
+        "results/part-00100-of-00500":
+            (REPO / "tests" / "fixtures" / "wiki-extracted" / "wiki_00").read_bytes(),
+        "text/AA/wiki_00": b"<doc id=\"1\">\nTitle\n\nText.\n</doc>\n",
+        "tfrecords/part-00100-of-00500": tfrecord(TF_RECORDS),
+    }
+    rows = ["path\tbytes\tmd5"]
+    for relative, payload in sorted(files.items()):
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(payload)
+        rows.append(f"{relative}\t{len(payload)}\t{hashlib.md5(payload).hexdigest()}")
+    (root / "manifest.tsv").write_text("\n".join(rows) + "\n")
+    (root / ".state").mkdir()
+    (root / ".state" / "manifest").write_text("a stage marker, not uploaded\n")
+    return root
+
+
+def bucket_md5s(url: str) -> dict[str, str | None]:
+    return {path: remote.md5 for path, remote in
+            storage.list_objects(storage.parse_gcs_url(url)).items()}
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def test_gs_urls_parse_and_md5s_convert():
+    assert storage.parse_gcs_url("gs://b") == storage.GcsUrl("b", "")
+    url = storage.parse_gcs_url("gs://b/data/bert/")
+    assert url == storage.GcsUrl("b", "data/bert")
+    assert url.child("results/eval.txt") == "gs://b/data/bert/results/eval.txt"
+    assert str(url) == "gs://b/data/bert"
+    for bad in ("b/data", "gs://", "gs:///x", "gs://b/../x"):
+        with pytest.raises(InputError):
+            storage.parse_gcs_url(bad)
+    digest = hashlib.md5(b"abc").hexdigest()
+    assert storage.md5_hex(storage.md5_base64(digest)) == digest
+    assert storage.chunk_size_bytes(0.25) == 256 << 10
+    assert storage.chunk_size_bytes(0.3) == 512 << 10
+
+
+def test_upload_then_verify_the_bucket_copy(dataset, bucket):
+    url = f"gs://{bucket}/bert"
+    result = run_module("cleanup_scripts.upload", f"--bucket={url}",
+                        f"--source_dir={dataset}", "--nworker=4")
+    assert f"upload: 7 files to {url}: 7 transferred" in result.stdout
+    assert "upload: 7 files, 7 records" in result.stderr  # the summary line, with MB and MB/s
+    expected = {line.split("\t")[0]: line.split("\t")[2]
+                for line in (dataset / "manifest.tsv").read_text().splitlines()[1:]}
+    expected["manifest.tsv"] = md5_of(dataset / "manifest.tsv")
+    assert bucket_md5s(url) == expected  # nothing hidden (.state/) went up
+
+    again = run_module("cleanup_scripts.upload", f"--bucket={url}", f"--source_dir={dataset}")
+    assert "0 transferred, 7 already there with the right md5" in again.stdout
+
+    verified = run_module("cleanup_scripts.verify", url)
+    assert "ok       vocab.txt" in verified.stdout
+    assert "ok       bert_config.json" in verified.stdout
+    assert "missing  tf1_ckpt/model.ckpt-28252.index" in verified.stdout
+    assert "results/eval.md5: 10000 of its 10000 hashes are official" in verified.stdout
+    assert "3 ok, 0 differ, 36 missing" in verified.stdout
+
+
+def test_verify_names_a_corrupted_object_and_upload_repairs_it(dataset, bucket):
+    url = f"gs://{bucket}/bert"
+    run_module("cleanup_scripts.upload", f"--bucket={url}", f"--source_dir={dataset}")
+    vocab = bytearray(cleanup_scripts.VOCAB_FILE.read_bytes())
+    vocab[100] ^= 1  # same size, another md5
+    client = storage.make_client()
+    client.bucket(bucket).blob("bert/vocab.txt").upload_from_string(bytes(vocab))
+
+    result = run_module("cleanup_scripts.verify", url, "--hide_missing", check=False)
+    assert result.returncode == 1
+    assert (f"differs  vocab.txt  [md5 {hashlib.md5(vocab).hexdigest()}, "
+            f"expected 64800d5d8528ce344256daf115d4965e]") in result.stdout
+    assert "2 ok, 1 differ, 36 missing" in result.stdout
+
+    repaired = run_module("cleanup_scripts.upload", f"--bucket={url}", f"--source_dir={dataset}")
+    assert "1 transferred, 6 already there" in repaired.stdout
+    assert run_module("cleanup_scripts.verify", url).returncode == 0
+
+
+def test_verify_finds_reference_layout_in_a_bucket(bucket):
+    client = storage.make_client()
+    client.bucket(bucket).blob("x/wiki/vocab.txt").upload_from_filename(
+        str(cleanup_scripts.VOCAB_FILE))
+    findings = {f.artifact.path: f for f in verify_bucket.check_bucket(f"gs://{bucket}/x")}
+    assert findings["vocab.txt"].status == "ok"
+    assert findings["vocab.txt"].found_at.as_posix() == "wiki/vocab.txt"
+    assert findings["bert_config.json"].status == "missing"
+
+
+def test_upload_stops_on_bytes_that_differ_from_the_manifest(dataset, bucket):
+    part = dataset / "results" / "part-00100-of-00500"
+    data = bytearray(part.read_bytes())
+    data[0] ^= 1  # the manifest's md5 no longer matches the file
+    part.write_bytes(bytes(data))
+    url = f"gs://{bucket}/bert"
+    result = run_module("cleanup_scripts.upload", f"--bucket={url}",
+                        f"--source_dir={dataset}", check=False)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"error: {url}/results/part-00100-of-00500: the bucket's md5")
+    uploaded = bucket_md5s(url)
+    assert "results/part-00100-of-00500" not in uploaded  # the bucket refused it
+    assert len(uploaded) == 6  # the others went up
+
+
+def test_missing_bucket_is_a_one_line_error(emulator, monkeypatch):
+    monkeypatch.setenv(storage.EMULATOR_ENV, emulator)
+    result = run_module("cleanup_scripts.verify", "gs://no-such-bucket/x", check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip() == "error: gs://no-such-bucket/x: not found (no such bucket " \
+                                    "or object)"
+
+
+def start_and_kill(args: list[str], started: callable) -> None:
+    """Run `python -m args...`, SIGKILL it as soon as `started()` is true; check it was
+    still running then (the kill, not the end of the work, stopped it)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    process = subprocess.Popen([sys.executable, "-m", *args], env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: started() or process.poll() is not None, SUBPROCESS_TIMEOUT_S,
+                 f"{args[0]} to start transferring")
+        assert process.poll() is None, "finished before it could be interrupted"
+        process.send_signal(signal.SIGKILL)
+        assert process.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
+
+
+BIG = 16 << 20  # 64 chunks of 256 KiB
+
+
+def test_killed_upload_resumes_its_session(tmp_path, bucket):
+    source = tmp_path / "source"
+    source.mkdir()
+    big = source / "tfrecords.bin"
+    big.write_bytes(os.urandom(BIG))
+    url = f"gs://{bucket}/big"
+    state_dir = source / ".state" / "upload"
+    args = ["cleanup_scripts.upload", f"--bucket={url}", f"--source_dir={source}",
+            "--chunk_mb=0.25"]
+    start_and_kill(args, lambda: any(state_dir.glob("*.json")))
+
+    state = next(state_dir.glob("*.json")).read_text()
+    assert '"session_url"' in state
+    assert "tfrecords.bin" not in bucket_md5s(url)  # no object yet: the session is open
+
+    result = run_module(*args)
+    resumed_at = int(result.stdout.split("resumed at byte ")[1].split(")")[0])
+    assert 0 < resumed_at < BIG
+    assert bucket_md5s(url) == {"tfrecords.bin": md5_of(big)}
+    assert not any(state_dir.glob("*.json"))
+
+
+def test_killed_download_resumes_its_partial_file(tmp_path, bucket):
+    payload = os.urandom(BIG)
+    client = storage.make_client()
+    client.bucket(bucket).blob("big/tfrecords/part-00000").upload_from_string(payload)
+    dest = tmp_path / "copy"
+    partial = dest / "tfrecords" / "part-00000.partial"
+    args = ["cleanup_scripts.storage", "download", f"gs://{bucket}/big", str(dest),
+            "--chunk_mb=0.25"]
+    start_and_kill(args, lambda: partial.exists() and partial.stat().st_size > 0)
+
+    held = partial.stat().st_size
+    assert 0 < held < BIG
+    assert not (dest / "tfrecords" / "part-00000").exists()
+
+    result = run_module(*args)
+    assert "part-00000 resumed at byte" in result.stdout
+    assert md5_of(dest / "tfrecords" / "part-00000") == hashlib.md5(payload).hexdigest()
+    assert not partial.exists()
+    again = run_module(*args)
+    assert "0 transferred, 1 already there with the right md5" in again.stdout
+
+
+def test_download_restarts_a_partial_file_that_does_not_match(tmp_path, bucket):
+    payload = os.urandom(1 << 20)
+    client = storage.make_client()
+    client.bucket(bucket).blob("d/blob.bin").upload_from_string(payload)
+    partial = tmp_path / "blob.bin.partial"
+    partial.write_bytes(b"\0" * 1000)  # not the object's first bytes
+    transfers = storage.download_prefix(f"gs://{bucket}/d", tmp_path, nworker=2)
+    assert [t.action for t in transfers] == ["downloaded"]
+    assert (tmp_path / "blob.bin").read_bytes() == payload
+
+
+# ----------------------------------------------------------------------------------------------
+# TensorFlow's own GCS filesystem. TF 2.20 has no emulator setting: its endpoints
+# (https://www.googleapis.com, https://storage.googleapis.com) are fixed. It does honour
+# libcurl's https_proxy and CURL_CA_BUNDLE, so the test runs a CONNECT proxy on 127.0.0.1 that
+# ends TLS with a certificate from a throw-away CA and passes the requests to the emulator.
+
+
+def make_tls_files(directory: Path) -> tuple[Path, Path]:
+    """A throw-away CA (ca.pem) and a certificate for the googleapis hosts signed by it."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    valid = dict(not_valid_before=now - datetime.timedelta(hours=1),
+                 not_valid_after=now + datetime.timedelta(hours=1))
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-storage CA")])
+    ca = (x509.CertificateBuilder(subject_name=ca_name, issuer_name=ca_name,
+                                  public_key=ca_key.public_key(),
+                                  serial_number=x509.random_serial_number(), **valid)
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+          .add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False,
+                                       False), critical=True)
+          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()),
+                         critical=False)
+          .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    leaf = (x509.CertificateBuilder(
+        subject_name=x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "googleapis.com")]),
+        issuer_name=ca_name, public_key=key.public_key(),
+        serial_number=x509.random_serial_number(), **valid)
+        .add_extension(x509.SubjectAlternativeName(
+            [x509.DNSName("www.googleapis.com"), x509.DNSName("storage.googleapis.com")]),
+            critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+                       critical=False)
+        .sign(ca_key, hashes.SHA256()))
+    ca_file, leaf_file = directory / "ca.pem", directory / "leaf.pem"
+    ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    leaf_file.write_bytes(leaf.public_bytes(serialization.Encoding.PEM) + key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
+    return ca_file, leaf_file
+
+
+class EmulatorTlsProxy:
+    """An HTTP CONNECT proxy on 127.0.0.1 for the two googleapis hosts only: it ends TLS and
+    forwards the bytes to the emulator's port on 127.0.0.1. Nothing else is reached."""
+
+    HOSTS = (b"www.googleapis.com:443", b"storage.googleapis.com:443")
+
+    def __init__(self, leaf_file: Path, emulator_port: int) -> None:
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(leaf_file)
+        self.emulator_port = emulator_port
+        self.tunnels: list[bytes] = []
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._tunnel, args=(client,), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(1 << 16):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (source, sink):
+                try:
+                    end.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def _tunnel(self, client: socket.socket) -> None:
+        with client:
+            head = b""
+            while b"\r\n\r\n" not in head and len(head) < 8192:
+                data = client.recv(4096)
+                if not data:
+                    return
+                head += data
+            method, _, target = head.split(b"\r\n")[0].partition(b" ")
+            target = target.split(b" ")[0]
+            if method != b"CONNECT" or target not in self.HOSTS:
+                client.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+                return
+            self.tunnels.append(target)
+            client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            try:
+                tls = self.context.wrap_socket(client, server_side=True)
+            except (OSError, ssl.SSLError):
+                return
+            with tls, socket.create_connection(("127.0.0.1", self.emulator_port)) as upstream:
+                back = threading.Thread(target=self._pipe, args=(upstream, tls), daemon=True)
+                back.start()
+                self._pipe(tls, upstream)
+                back.join(timeout=10)
+
+
+TF_READER = """
+import hashlib, sys
+import tensorflow as tf
+url = sys.argv[1]
+print("glob", tf.io.gfile.glob(url.rsplit("/", 1)[0] + "/*"))
+with tf.io.gfile.GFile(url, "rb") as handle:
+    print("md5", hashlib.md5(handle.read()).hexdigest())
+print("records", len([r for r in tf.data.TFRecordDataset(url)]))
+print("last", list(tf.data.TFRecordDataset(url))[-1].numpy().decode())
+"""
+
+
+def test_tensorflow_reads_a_gs_tfrecord_from_the_emulator(dataset, bucket, emulator, tmp_path):
+    pytest.importorskip("cryptography")
+    url = f"gs://{bucket}/bert"
+    run_module("cleanup_scripts.upload", f"--bucket={url}", f"--source_dir={dataset}")
+    ca_file, leaf_file = make_tls_files(tmp_path)
+    proxy = EmulatorTlsProxy(leaf_file, int(emulator.rsplit(":", 1)[1]))
+    proxy_url = f"http://127.0.0.1:{proxy.port}"
+    env = {key: value for key, value in os.environ.items()
+           if key.lower() not in ("no_proxy", "all_proxy", "http_proxy", "https_proxy")}
+    env.update(https_proxy=proxy_url, http_proxy=proxy_url, CURL_CA_BUNDLE=str(ca_file),
+               GOOGLE_AUTH_TOKEN_FOR_TESTING="emulator", NO_GCE_CHECK="true",
+               TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    record = f"{url}/tfrecords/part-00100-of-00500"
+    try:
+        result = subprocess.run([sys.executable, "-c", TF_READER, record], env=env,
+                                capture_output=True, text=True, timeout=120)
+    finally:
+        proxy.close()
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"glob ['{record}']" in result.stdout
+    assert f"md5 {md5_of(dataset / 'tfrecords' / 'part-00100-of-00500')}" in result.stdout
+    assert f"records {len(TF_RECORDS)}" in result.stdout
+    assert f"last {TF_RECORDS[-1].decode()}" in result.stdout
+    assert set(proxy.tunnels) <= set(EmulatorTlsProxy.HOSTS) and proxy.tunnels

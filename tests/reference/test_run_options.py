@@ -1,0 +1,181 @@
+"""The trainer's command line, presets, eval cadence and input pipelines, in-process (fast).
+
+Flags are parsed on a fresh absl FlagValues per test (`define_flags`), so nothing here touches
+the global FLAGS that other tools define.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from absl import flags
+
+from benchmark import constants
+from reference import input_pipeline, presets
+from reference import run_pretraining as rp
+from tests.reference import synthetic_data
+
+
+def parse(*argv: str) -> flags.FlagValues:
+    values = rp.define_flags(flags.FlagValues())
+    values(["run_pretraining", *argv])
+    return values
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return synthetic_data.write_dataset(tmp_path_factory.mktemp("opts") / "data",
+                                        train_records=64, eval_records=40)
+
+
+def base_args(data, tmp_path, **extra) -> list[str]:
+    values = {**data, "output_dir": tmp_path / "out", "do_train": "true", "do_eval": "true",
+              "train_batch_size": 8, "num_train_steps": 40, "num_warmup_steps": 4, **extra}
+    return [f"--{k}={v}" for k, v in values.items()]
+
+
+def test_valid_flags_become_run_options(data, tmp_path):
+    options = rp.options_from_flags(parse(*base_args(data, tmp_path, eval_batch_size=16,
+                                                     max_eval_steps=10, seed=5)))
+    assert options.input_files == sorted(options.input_files) and len(options.input_files) == 2
+    assert options.eval_records == 40  # fewer than 16 x 10: each record once
+    assert options.eval_frequency == constants.eval_frequency(8) == 150_000
+    assert options.global_batch_size == 8 and options.budget_steps == 40
+    assert options.mlperf_log == str(tmp_path / "out" / "mlperf.log")
+    assert options.noncompliant == ["the eval covers 40 records, not the benchmark's 10,000"]
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"do_train": "false", "do_eval": "false"}, "at least one of --do_train or --do_eval"),
+    ({"train_batch_size": 0}, "--train_batch_size=0 must be at least 1"),
+    ({"steps_per_update": 4, "num_train_steps": 42},
+     "--num_train_steps=42 is not a multiple of --steps_per_update=4"),
+    ({"steps_per_update": 2, "stop_steps": 5},
+     "--stop_steps=5 is not a multiple of --steps_per_update=2"),
+    ({"lamb_beta_1": 1.0}, "--lamb_beta_1=1.0 must be in (0, 1)"),
+    ({"target_mlm_accuracy": 1.5}, "--target_mlm_accuracy=1.5 must be in (0, 1]"),
+    ({"max_seq_length": 64}, "--max_seq_length=64 must be in [2, max_position_embeddings=16]"),
+    ({"eval_frequency_samples": 1000}, "--eval_frequency_samples=1000 differs from the "
+     "benchmark's 150,000 for global batch 8; add --noncompliant_eval_frequency"),
+])
+def test_bad_flags_are_one_line_usage_errors(data, tmp_path, extra, message):
+    with pytest.raises(rp.UsageError) as err:
+        rp.options_from_flags(parse(*base_args(data, tmp_path, **extra)))
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_files_that_do_not_fit_are_input_errors(data, tmp_path):
+    with pytest.raises(input_pipeline.InputError, match=r"--input_file=.*/none-\*: no file "
+                                                        r"matches$"):
+        rp.options_from_flags(parse(*base_args(data, tmp_path,
+                                               input_file=tmp_path / "none-*")))
+    with pytest.raises(input_pipeline.InputError, match="records do not match "
+                                                        "--max_seq_length=12"):
+        rp.options_from_flags(parse(*base_args(data, tmp_path, max_seq_length=12)))
+
+
+def test_noncompliant_cadence_and_target_are_recorded(data, tmp_path):
+    options = rp.options_from_flags(parse(*base_args(
+        data, tmp_path, eval_frequency_samples=1000, noncompliant_eval_frequency="true",
+        target_mlm_accuracy=0.5)))
+    assert options.eval_frequency == 1000
+    assert any("evals every 1,000 samples" in reason for reason in options.noncompliant)
+    assert any("target masked-LM accuracy 0.5" in reason for reason in options.noncompliant)
+
+
+def test_eval_cadence_is_the_first_update_at_or_after_each_multiple():
+    # Batch 8192: every 225,000 samples, i.e. after updates 28, 55, 83 (27.47, 54.93, 82.4).
+    freq = constants.eval_frequency(8192)
+    assert [rp.eval_update(j, freq, 8192) for j in (1, 2, 3)] == [28, 55, 83]
+    assert rp.eval_update(1, 150_000, 2048) == 74  # 151,552 samples
+    assert rp.next_eval_index(0, freq) == 1
+    assert rp.next_eval_index(28 * 8192, freq) == 2  # that eval is done
+    assert rp.next_eval_index(27 * 8192, freq) == 1
+
+
+# ------------------------------------------------------------------------------ presets
+def test_v3_128_preset_has_the_readme_hyperparameters():
+    values = presets.resolve("v3-128", "gs://bucket/tfrecord")
+    expected = {"train_batch_size": 8192, "learning_rate": 0.00288293, "lamb_beta_1": 0.88,
+                "lamb_beta_2": 0.88, "lamb_weight_decay_rate": 0.0166629, "log_epsilon": -6,
+                "num_warmup_steps": 287, "start_warmup_step": -76, "num_train_steps": 600,
+                "eval_batch_size": 640, "max_eval_steps": 125, "max_seq_length": 512,
+                "max_predictions_per_seq": 76, "use_tpu": True, "num_tpu_cores": 128,
+                "optimizer": "lamb", "steps_per_update": 1}
+    assert {key: values[key] for key in expected} == expected
+    assert values["input_file"] == "gs://bucket/tfrecord/part-*"
+    assert values["eval_file"] == "gs://bucket/tfrecord/eval_10k"
+
+
+def test_a100_preset_is_the_v3_128_optimizer_by_accumulation():
+    tpu, gpu = presets.resolve("v3-128", "d"), presets.resolve("a100-8", "d")
+    n = gpu["steps_per_update"]
+    assert gpu["train_batch_size"] * n == tpu["train_batch_size"]
+    for key in ("learning_rate", "lamb_beta_1", "lamb_beta_2", "lamb_weight_decay_rate",
+                "log_epsilon", "eval_batch_size", "max_eval_steps"):
+        assert gpu[key] == tpu[key], key
+    for key in ("num_train_steps", "num_warmup_steps", "start_warmup_step"):
+        assert gpu[key] == n * tpu[key], key
+    assert gpu["train_batch_size"] % gpu["num_gpus"] == 0
+
+
+def test_v100_preset_has_the_readme_values():
+    values = presets.resolve("v100-8", "/data")
+    assert (values["train_batch_size"], values["learning_rate"], values["num_train_steps"],
+            values["num_warmup_steps"], values["save_checkpoints_steps"],
+            values["eval_batch_size"] * values["max_eval_steps"]) == (24, 1e-4, 107538, 1562,
+                                                                      6250, 10_000)
+    assert constants.eval_frequency(24) == 6250 * 24  # one eval per checkpoint interval
+
+
+def test_every_preset_parses_into_flags(tmp_path):
+    for name in presets.available():
+        values = rp.define_flags(flags.FlagValues())
+        values(["run_pretraining", f"--preset={name}", f"--data_dir={tmp_path}"])
+        applied = rp.apply_preset(values)
+        assert "train_batch_size" in applied and values.do_train, name
+
+
+def test_command_line_flags_win_over_the_preset():
+    values = parse("--preset=v3-128", "--data_dir=gs://b/d", "--train_batch_size=4096")
+    applied = rp.apply_preset(values)
+    assert values.train_batch_size == 4096 and "train_batch_size" not in applied
+    assert values.learning_rate == 0.00288293
+
+
+def test_preset_errors():
+    with pytest.raises(presets.PresetError, match="unknown preset"):
+        presets.resolve("v9-9")
+    with pytest.raises(presets.PresetError, match="--data_dir is required"):
+        presets.resolve("v3-128")
+
+
+def test_demo_preset_defaults_to_the_make_preprocess_output():
+    values = presets.resolve("demo")
+    assert values["input_file"].endswith("/build/dataset/tfrecords/part-*")
+    assert values["bert_config_file"].endswith("demo_bert_config.json")
+
+
+# ------------------------------------------------------------------------------ input pipeline
+def test_eval_dataset_pads_to_whole_batches(data):
+    dataset = input_pipeline.eval_dataset([data["eval_file"]], batch_size=16, num_records=40,
+                                          padded_records=48, max_seq_length=16,
+                                          max_predictions_per_seq=4)
+    batches = list(dataset)
+    assert len(batches) == 3
+    weights = np.concatenate([b[input_pipeline.EXAMPLE_WEIGHT].numpy() for b in batches])
+    assert weights.tolist() == [1.0] * 40 + [0.0] * 8
+    assert batches[0]["input_ids"].dtype == tf.int32
+
+
+def test_record_shards_of_two_pipelines_make_up_the_single_pipeline_batch(tmp_path):
+    path = synthetic_data.write_tfrecord(tmp_path / "one", 64, seed=2)
+    single = input_pipeline.train_dataset([str(path)], 8, 16, 4, seed=9)
+    shards = [input_pipeline.train_dataset(
+        [str(path)], 4, 16, 4, seed=9,
+        input_context=tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=i))
+        for i in range(2)]
+    for whole, *parts in list(zip(single, *shards))[:12]:  # past one epoch (8 batches)
+        union = np.concatenate([p["masked_lm_positions"].numpy() for p in parts])
+        key = lambda a: sorted(map(tuple, a))  # noqa: E731
+        assert key(union) == key(whole["masked_lm_positions"].numpy())

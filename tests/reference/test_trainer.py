@@ -1,0 +1,206 @@
+"""The compiled training and eval steps (reference.trainer) against the reference's numbers.
+
+The fixture's three LAMB steps were taken by the reference's TF1 graph; here the same steps go
+through the trainer's tf.function loop (distributed dataset, merge_call update), which must
+give the same learning rates, losses, eval metrics and weights.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+from reference import checkpoint
+from reference.adamw import AdamWeightDecay
+from reference.input_pipeline import EXAMPLE_WEIGHT
+from reference.lamb import Lamb, clip_gradients, epsilon_from_log
+from reference.learning_rate import WarmupPolynomialDecay
+from reference.losses import EvalMetrics, metric_sums, pretraining_losses
+from reference.trainer import OptimizerSettings, Trainer
+
+VARIABLE_TOL = 1e-6
+
+
+def settings_from(ref: dict) -> OptimizerSettings:
+    return OptimizerSettings(name="lamb", learning_rate=ref["learning_rate"],
+                             num_train_steps=ref["num_train_steps"],
+                             num_warmup_steps=ref["num_warmup_steps"],
+                             start_warmup_step=ref["start_warmup_step"],
+                             poly_power=ref["poly_power"], beta_1=ref["beta_1"],
+                             beta_2=ref["beta_2"], weight_decay_rate=ref["weight_decay_rate"],
+                             log_epsilon=ref["log_epsilon"])
+
+
+def repeated(strategy, element):
+    """A distributed dataset yielding `element` forever."""
+    return strategy.distribute_datasets_from_function(
+        lambda _: tf.data.Dataset.from_tensors(element).repeat())
+
+
+def with_weights(batch):
+    return {**batch, EXAMPLE_WEIGHT: tf.ones([batch["input_ids"].shape[0]])}
+
+
+@pytest.fixture(scope="module")
+def trainer_run(tiny_config, tf1_checkpoint, ref_results, train_batch, eval_batch):
+    strategy = tf.distribute.get_strategy()
+    trainer = Trainer(strategy, tiny_config.without_dropout(), settings_from(ref_results["lamb"]),
+                      train_batch_size=int(train_batch["input_ids"].shape[0]))
+    trainer.load_initial_checkpoint(tf1_checkpoint)
+    iterator = iter(repeated(strategy, train_batch))
+    eval_data = strategy.distribute_datasets_from_function(
+        lambda _: tf.data.Dataset.from_tensors(with_weights(eval_batch)))
+    records = []
+    for _ in ref_results["lamb_steps"]:
+        losses = trainer.train_steps(iterator, 1)
+        records.append((losses, trainer.evaluate(eval_data, 1)))
+    return trainer, records
+
+
+def test_compiled_steps_reproduce_reference_lamb_steps(trainer_run, ref_results):
+    trainer, records = trainer_run
+    for (losses, metrics), ref in zip(records, ref_results["lamb_steps"]):
+        assert np.float32(losses["learning_rate"]) == np.float32(ref["learning_rate"])
+        for key in ("total_loss", "masked_lm_loss", "next_sentence_loss"):
+            assert losses[key] == pytest.approx(ref[key], abs=2e-5), key
+        for key, value in ref["eval_after_step"].items():
+            tol = 1e-6 if "accuracy" in key else 2e-5
+            assert metrics[key] == pytest.approx(value, abs=tol), key
+    assert trainer.step == len(ref_results["lamb_steps"])
+    assert trainer.samples == trainer.step * trainer.train_batch_size
+
+
+def test_compiled_steps_reach_reference_weights(trainer_run, ref_arrays):
+    trainer, _ = trainer_run
+    variables = checkpoint.model_variables_by_name(trainer.model)
+    table = checkpoint.expand_table(checkpoint.TF1_TABLE, trainer.config.num_hidden_layers)
+    prefix = "after_3_lamb_steps/"
+    checked = 0
+    for tf1_name, name, transform in table:
+        key = prefix + tf1_name
+        if key not in ref_arrays:
+            continue
+        value = variables[name].numpy()
+        value = value.T if transform == "transpose" else value
+        np.testing.assert_allclose(value, ref_arrays[key], rtol=0, atol=VARIABLE_TOL,
+                                   err_msg=tf1_name)
+        checked += 1
+    assert checked >= 6
+
+
+def test_accumulation_clips_each_micro_batch_then_averages(tiny_config, tf1_checkpoint,
+                                                           ref_results, train_batch):
+    """n=2: clip(g_a)/2 + clip(g_b)/2 applied once, lr read at micro-step 1 (the reference)."""
+    settings = settings_from(ref_results["lamb"])
+    halves = [{k: v[:4] for k, v in train_batch.items()},
+              {k: v[4:] for k, v in train_batch.items()}]
+    strategy = tf.distribute.get_strategy()
+    trainer = Trainer(strategy, tiny_config.without_dropout(), settings, train_batch_size=4,
+                      steps_per_update=2)
+    trainer.load_initial_checkpoint(tf1_checkpoint)
+    stacked = {k: tf.stack([halves[0][k], halves[1][k]]) for k in train_batch}
+    losses = trainer.train_steps(iter(repeated(strategy, stacked)), 1)
+
+    from reference.model import BertPretrainingModel
+    model = BertPretrainingModel(tiny_config.without_dropout(), name="manual")
+    checkpoint.load_tf1_checkpoint(model, tf1_checkpoint)
+    schedule = WarmupPolynomialDecay(settings.learning_rate, settings.num_train_steps,
+                                     settings.num_warmup_steps, settings.start_warmup_step)
+    optimizer = Lamb(schedule, beta_1=settings.beta_1, beta_2=settings.beta_2,
+                     epsilon=epsilon_from_log(settings.log_epsilon),
+                     weight_decay_rate=settings.weight_decay_rate)
+    total = None
+    for half in halves:
+        with tf.GradientTape() as tape:
+            loss = pretraining_losses(model(half, training=True), half)["total_loss"]
+        grads, _ = clip_gradients(tape.gradient(loss, model.trainable_variables))
+        total = [g / 2 for g in grads] if total is None else \
+            [t + g / 2 for t, g in zip(total, grads)]
+    lr = optimizer.apply_gradients(zip(total, model.trainable_variables), step=1)
+    assert np.float32(losses["learning_rate"]) == np.float32(lr)
+    assert trainer.step == 2 and trainer.samples == 8 and int(trainer.optimizer.iterations) == 1
+    ours = checkpoint.model_variables_by_name(trainer.model)
+    for name, var in checkpoint.model_variables_by_name(model).items():
+        if name.endswith("key/bias"):
+            continue  # its gradient is 0 up to rounding (softmax ignores it); LAMB scales noise
+        np.testing.assert_allclose(ours[name].numpy(), var.numpy(), rtol=1e-5, atol=VARIABLE_TOL,
+                                   err_msg=name)
+
+
+def test_fp16_loss_scaling_skips_non_finite_updates(tiny_config, train_batch):
+    tf_keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        strategy = tf.distribute.get_strategy()
+        trainer = Trainer(strategy, tiny_config.without_dropout(),
+                          OptimizerSettings(learning_rate=1e-3, num_train_steps=10,
+                                            num_warmup_steps=0),
+                          train_batch_size=8, mixed_precision="fp16")
+    finally:
+        tf_keras.mixed_precision.set_global_policy("float32")
+    trainer.initialize_weights(seed=3)
+    iterator = iter(repeated(strategy, train_batch))
+    before = [v.numpy() for v in trainer.model.trainable_variables]
+    trainer.loss_scale.assign(3e38)  # the scaled loss overflows: the update must be skipped
+    trainer.train_steps(iterator, 1)
+    assert float(trainer.loss_scale) == pytest.approx(1.5e38)
+    assert all(np.array_equal(b, v.numpy()) for b, v in zip(before,
+                                                            trainer.model.trainable_variables))
+    assert trainer.step == 1 and int(trainer.optimizer.iterations) == 0
+    trainer.loss_scale.assign(1024.0)
+    losses = trainer.train_steps(iterator, 1)
+    assert np.isfinite(losses["total_loss"]) and int(trainer.optimizer.iterations) == 1
+    assert int(trainer.good_updates) == 1 and float(trainer.loss_scale) == 1024.0
+    assert any(not np.array_equal(b, v.numpy()) for b, v in zip(
+        before, trainer.model.trainable_variables))
+
+
+def test_initial_weights_depend_only_on_the_seed(tiny_config):
+    strategy = tf.distribute.get_strategy()
+    settings = OptimizerSettings(num_train_steps=10, num_warmup_steps=0)
+    first, second = (Trainer(strategy, tiny_config, settings, 8) for _ in range(2))
+    tf.random.uniform([3])  # stateful random ops in between change nothing
+    first.initialize_weights(5)
+    second.initialize_weights(5)
+    for a, b in zip(first.model.variables, second.model.variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    names = checkpoint.model_variables_by_name(first.model)
+    assert np.all(names["bert/embeddings/LayerNorm/gamma"].numpy() == 1)
+    assert np.all(names["cls/predictions/output_bias/bias"].numpy() == 0)
+    kernel = names["bert/encoder/layer_0/attention/self/query/kernel"].numpy()
+    assert 0.01 < kernel.std() < 0.03 and np.abs(kernel).max() <= 2 * 0.02 + 1e-6
+
+
+def test_metric_sums_ignore_padded_examples(eval_batch, tiny_config):
+    from reference.model import BertPretrainingModel
+    model = BertPretrainingModel(tiny_config, name="padding")
+    real = model(eval_batch, training=False)
+    padded_batch = {k: tf.concat([v, tf.zeros_like(v[:3])], 0) for k, v in eval_batch.items()}
+    weights = tf.concat([tf.ones([eval_batch["input_ids"].shape[0]]), tf.zeros([3])], 0)
+    plain, padded = EvalMetrics(), EvalMetrics()
+    plain.update(metric_sums(real, eval_batch))
+    padded.update(metric_sums(model(padded_batch, training=False), padded_batch, weights))
+    for key, value in plain.result().items():
+        assert padded.result()[key] == pytest.approx(value, rel=1e-6), key
+
+
+def test_adamw_follows_the_reference_update():
+    kernel = tf.Variable([1.0, -2.0], name="dense/kernel")
+    bias = tf.Variable([0.5], name="dense/bias")
+    opt = AdamWeightDecay(0.1)
+    grads = [np.array([0.3, -0.1], np.float32), np.array([0.2], np.float32)]
+    m = [np.zeros(2), np.zeros(1)]
+    v = [np.zeros(2), np.zeros(1)]
+    w = [np.array([1.0, -2.0]), np.array([0.5])]
+    for _ in range(2):
+        opt.apply_gradients(zip([tf.constant(g) for g in grads], [kernel, bias]))
+        for i, g in enumerate(grads):
+            m[i] = 0.9 * m[i] + 0.1 * g
+            v[i] = 0.999 * v[i] + 0.001 * g * g
+            update = m[i] / (np.sqrt(v[i]) + 1e-6)  # no bias correction
+            if i == 0:
+                update = update + 0.01 * w[i]  # bias excluded from decay
+            w[i] = w[i] - 0.1 * update
+    np.testing.assert_allclose(kernel.numpy(), w[0], rtol=1e-5)
+    np.testing.assert_allclose(bias.numpy(), w[1], rtol=1e-5)
+    assert int(opt.iterations) == 2
