@@ -63,14 +63,16 @@ def measure(commands: list[list[str]], cwd: str, env: dict | None = None) -> Mea
     """Run `commands` one after another; sum wall and CPU time, keep the largest peak RSS."""
     wall = cpu = peak = 0.0
     for command in commands:
-        started = time.perf_counter()
-        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.PIPE)
-        _, status, usage = os.wait4(process.pid, 0)
-        wall += time.perf_counter() - started
-        stderr = process.stderr.read().decode(errors="replace") if process.stderr else ""
-        if os.waitstatus_to_exitcode(status) != 0:
-            raise InputError(f"{' '.join(command[:3])}: failed:\n{stderr[-2000:]}")
+        with tempfile.TemporaryFile() as stderr:
+            started = time.perf_counter()
+            process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                                       stderr=stderr)
+            _, status, usage = os.wait4(process.pid, 0)
+            wall += time.perf_counter() - started
+            if os.waitstatus_to_exitcode(status) != 0:
+                stderr.seek(0)
+                tail = stderr.read().decode(errors="replace")[-2000:]
+                raise InputError(f"{' '.join(command[:3])}: failed:\n{tail}")
         cpu += usage.ru_utime + usage.ru_stime
         peak = max(peak, usage.ru_maxrss / 1024.0)
     return Measurement(wall, cpu, peak)

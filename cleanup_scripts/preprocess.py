@@ -67,11 +67,17 @@ class Options:
 
 @dataclass
 class Stage:
-    """A named step; `params` lists the Options fields its output depends on."""
+    """A named step; `params` lists the Options fields its output depends on.
+
+    A stage with a `resumable_dir` keeps the finished files it finds there when it is restarted
+    with the same parameters (its files appear only when complete); otherwise that directory
+    is emptied before it runs.
+    """
 
     name: str
     run: Callable[[DatasetLayout, Options], StageSummary]
     params: tuple[str, ...]
+    resumable_dir: Callable[[DatasetLayout], Path] | None = None
 
 
 # ---- stage bodies -------------------------------------------------------------------------------
@@ -187,15 +193,21 @@ def _pretraining_job(job: tuple[str, str, Options]) -> int:
 
 
 def run_tfrecords(layout: DatasetLayout, options: Options) -> StageSummary:
+    """create_pretraining_data for every part and eval.txt; a TFRecord already there (from an
+    interrupted run with the same parameters) is complete, so it is kept."""
     started = time.time()
     ensure_dir(layout.tfrecord_dir)
     texts = sorted(layout.results_dir.glob("part-*")) + [layout.results_dir / "eval.txt"]
-    jobs = [(str(text), str(layout.tfrecord_dir / (
-        "eval_intermediate" if text.name == "eval.txt" else text.name)), options)
-        for text in texts]
+    targets = [layout.tfrecord_dir / ("eval_intermediate" if text.name == "eval.txt"
+                                      else text.name) for text in texts]
+    jobs = [(str(text), str(target), options) for text, target in zip(texts, targets)
+            if not target.exists()]
+    if len(jobs) < len(texts):
+        logging.info("tfrecords: %d of %d files kept from an interrupted run",
+                     len(texts) - len(jobs), len(texts))
     records = map_in_workers(_pretraining_job, jobs, options.nworker, desc="tfrecords")
-    return StageSummary("tfrecords", len(jobs), sum(records), total_bytes(map(str, texts)),
-                        started)
+    return StageSummary("tfrecords", len(jobs), sum(records),
+                        total_bytes(text for text, _, _ in jobs), started)
 
 
 def run_eval_10k(layout: DatasetLayout, options: Options) -> StageSummary:
@@ -229,7 +241,8 @@ STAGES = (
     Stage("segment", _per_file_stage("segment", _segment_one, "cleaned", "sentences"), ()),
     Stage("separate", run_separate, ("num_test_articles", "seed")),
     Stage("gather", run_gather, ("block_size",)),
-    Stage("tfrecords", run_tfrecords, _PRETRAINING_PARAMS),
+    Stage("tfrecords", run_tfrecords, _PRETRAINING_PARAMS,
+          resumable_dir=lambda layout: layout.tfrecord_dir),
     Stage("eval_10k", run_eval_10k, ("num_eval_examples",)),
     Stage("manifest", run_manifest, ()),
 )
@@ -249,10 +262,20 @@ def stage_keys(options: Options) -> dict[str, str]:
     return keys
 
 
+def remove_unfinished_files(root: Path) -> None:
+    """Delete the temporaries (`.NAME.partial-PID`) a killed run left anywhere under `root`."""
+    for leftover in sorted(root.rglob(".*.partial-*"), reverse=True):
+        if leftover.is_dir():
+            shutil.rmtree(leftover, ignore_errors=True)
+        else:
+            leftover.unlink(missing_ok=True)
+
+
 def run_pipeline(output_dir: str, options: Options) -> None:
     """Run every stage not already finished with the same parameters into `output_dir`."""
     layout = DatasetLayout(ensure_dir(output_dir))
     ensure_dir(layout.state_dir)
+    remove_unfinished_files(layout.root)
     keys = stage_keys(options)
     markers = [layout.state_dir / stage.name for stage in STAGES]
     first_stale = next((index for index, (stage, marker) in enumerate(zip(STAGES, markers))
@@ -266,9 +289,16 @@ def run_pipeline(output_dir: str, options: Options) -> None:
     if first_stale < len(STAGES):
         layout.manifest.unlink(missing_ok=True)
     for stage, marker in zip(STAGES[first_stale:], markers[first_stale:]):
+        started_marker = marker.with_name(marker.name + ".started")
+        resuming = started_marker.is_file() and started_marker.read_text() == keys[stage.name]
+        if stage.resumable_dir is not None and not resuming:
+            shutil.rmtree(stage.resumable_dir(layout), ignore_errors=True)
+        with atomic_output(started_marker) as out:
+            out.write(keys[stage.name])
         report(stage.run(layout, options))
         with atomic_output(marker) as out:
             out.write(keys[stage.name])
+        started_marker.unlink()
 
 
 # ---- command line -------------------------------------------------------------------------------

@@ -2,14 +2,20 @@
 from __future__ import annotations
 
 import bz2
+import os
+import random
 import re
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 import cleanup_scripts
-from tests.conftest import md5_of, read_md5_manifest, run_module
+from tests.conftest import REPO, md5_of, read_md5_manifest, run_module
 from cleanup_scripts.tfrecord_digest import tfrecord_digest
 
 def preprocess(output_dir: Path, *flags: str, check: bool = True):
@@ -148,3 +154,20 @@ def test_unwritable_output_directory(tmp_path):
     assert result.returncode != 0
     last_line = result.stderr.strip().splitlines()[-1]
     assert last_line.startswith("error: ") and str(blocker) in last_line
+
+
+def test_killed_at_random_points_then_rerun_gives_the_uninterrupted_outputs(first_run, tmp_path):
+    output = tmp_path / "dataset"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    command = [sys.executable, "-m", "cleanup_scripts.preprocess", f"--output_dir={output}",
+               "--nworker=2"]
+    rng = random.Random(2026)
+    for _ in range(3):
+        process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, start_new_session=True)
+        time.sleep(rng.uniform(1.0, 9.0))
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    preprocess(output, "--nworker=2")
+    assert manifest(output) == manifest(first_run)
+    assert not [p for p in output.rglob(".*partial*")]
