@@ -16,6 +16,7 @@ BUCKET   ?=
 ARTIFACTS ?= config,vocab
 # make bench: the reference's cleanup_scripts folder (a checkout of mlcommons/training).
 REFERENCE_DIR ?=
+BENCH_ARGS    ?=
 # make check: a log, a results folder, or a submission tree.
 LOG        ?=
 SUBMISSION ?=
@@ -51,7 +52,7 @@ verify:
 
 bench:
 	$(PY) -m cleanup_scripts.bench --reference_dir=$(REFERENCE_DIR) \
-		--text_dir=$(OUT)/text --part=$(OUT)/results/part-00000-of-00500
+		--text_dir=$(OUT)/text --part=$(OUT)/results/part-00000-of-00500 $(BENCH_ARGS)
 
 check:
 	$(PY) -m benchmark.check $(LOG) $(if $(SUBMISSION),--submission $(SUBMISSION)) $(CHECK_ARGS)

@@ -106,7 +106,8 @@ def reference_nltk_data(work: Path) -> str:
 
 
 def bench_text_stages(reference_dir: Path, text_dir: Path, work: Path, num_test_articles: int,
-                      block_size: float) -> dict:
+                      block_size: float, reference_python: str,
+                      reference_nltk: str | None) -> dict:
     """Reference cleanup→gather chain vs our process_wiki, one worker each, then ours on 2."""
     results = {}
     for side in ("reference", "ours-1", "ours-2"):
@@ -115,18 +116,18 @@ def bench_text_stages(reference_dir: Path, text_dir: Path, work: Path, num_test_
         (root / "results").mkdir()
         pattern = "text/*/wiki_??"
         if side == "reference":
-            env = dict(os.environ, NLTK_DATA=reference_nltk_data(root))
-            commands = [[sys.executable, str(reference_dir / "cleanup_file.py"),
+            env = dict(os.environ, NLTK_DATA=reference_nltk or reference_nltk_data(root))
+            commands = [[reference_python, str(reference_dir / "cleanup_file.py"),
                          f"--data={pattern}", "--output_suffix=.1", "--nworker=1"]]
             commands += [["bash", str(reference_dir / "clean.sh"), f"text/{n}.1", f"text/{n}.2"]
                          for n in names]
             commands += [
-                [sys.executable, str(reference_dir / "do_sentence_segmentation.py"),
+                [reference_python, str(reference_dir / "do_sentence_segmentation.py"),
                  f"--data={pattern}", "--input_suffix=.2", "--output_suffix=.3", "--nworker=1"],
-                [sys.executable, str(reference_dir / "seperate_test_set.py"), f"--data={pattern}",
+                [reference_python, str(reference_dir / "seperate_test_set.py"), f"--data={pattern}",
                  "--input_suffix=.3", "--output_suffix=.4", "--nworker=1",
                  f"--num_test_articles={num_test_articles}", "--test_output=results/eval"],
-                [sys.executable, str(reference_dir / "do_gather.py"), f"--data={pattern}",
+                [reference_python, str(reference_dir / "do_gather.py"), f"--data={pattern}",
                  "--input_suffix=.4", f"--block_size={block_size}", "--out_dir=results"]]
         else:
             env = None
@@ -141,24 +142,44 @@ def bench_text_stages(reference_dir: Path, text_dir: Path, work: Path, num_test_
 
 
 def bench_pretraining(reference_dir: Path, part: Path, copies: int, work: Path) -> dict:
-    """Reference create_pretraining_data vs ours on `copies` concatenated copies of `part`."""
-    source = work / "part.txt"
-    with open(source, "wb") as out:
-        for _ in range(copies):
-            out.write(part.read_bytes())
+    """Reference create_pretraining_data vs ours on `copies` and `2 * copies` concatenated
+    copies of `part` (two sizes, so memory can be projected as fixed + per-MB cost).
+
+    Returns {"sizes_mb": [small, large], side: ([Measurement small, large], digest of large)}.
+    Every process is measured before any output is decoded: a child inherits the peak RSS of
+    the process that starts it, so this one must stay small while it measures.
+    """
     launcher = work / "tf1_launcher.py"
     launcher.write_text(_TF1_LAUNCHER)
-    results = {}
-    for side in ("reference", "ours"):
-        output = work / f"{side}.tfrecord"
-        flags = [f"--input_file={source}", f"--output_file={output}",
-                 f"--vocab_file={VOCAB_FILE}", *PRETRAINING_FLAGS]
-        command = ([sys.executable, str(launcher),
-                    str(reference_dir / "create_pretraining_data.py"), *flags]
-                   if side == "reference" else
-                   [sys.executable, "-m", "cleanup_scripts.create_pretraining_data", *flags])
-        results[side] = (measure([command], str(work)), tfrecord_digest(output))
-    return {"input_mb": source.stat().st_size / 1e6, **results}
+    sources = []
+    for count in (copies, 2 * copies):
+        source = work / f"part-x{count}.txt"
+        with open(source, "wb") as out:
+            for _ in range(count):
+                out.write(part.read_bytes())
+        sources.append(source)
+    measured: dict[str, list[Measurement]] = {"reference": [], "ours": []}
+    for source in sources:
+        for side in measured:
+            flags = [f"--input_file={source}", f"--output_file={work / side}-{source.stem}",
+                     f"--vocab_file={VOCAB_FILE}", *PRETRAINING_FLAGS]
+            command = ([sys.executable, str(launcher),
+                        str(reference_dir / "create_pretraining_data.py"), *flags]
+                       if side == "reference" else
+                       [sys.executable, "-m", "cleanup_scripts.create_pretraining_data", *flags])
+            measured[side].append(measure([command], str(work)))
+    results: dict = {"sizes_mb": [source.stat().st_size / 1e6 for source in sources]}
+    for side, measurements in measured.items():
+        results[side] = (measurements, tfrecord_digest(work / f"{side}-{sources[-1].stem}"))
+    return results
+
+
+def project_rss_mb(sizes_mb: list[float], measurements: list[Measurement], part_mb: float
+                   ) -> float:
+    """Peak RSS of a `part_mb` part from two measured sizes: fixed cost + cost per MB."""
+    (small, large), (low, high) = sizes_mb, measurements
+    per_mb = max(0.0, (high.peak_rss_mb - low.peak_rss_mb) / (large - small))
+    return high.peak_rss_mb + per_mb * (part_mb - large)
 
 
 def ratio_rows(stage: str, input_mb: float, reference: Measurement, ours: Measurement) -> list[str]:
@@ -174,10 +195,11 @@ def ratio_rows(stage: str, input_mb: float, reference: Measurement, ours: Measur
 
 
 def projection_rows(label: str, cpu_s_per_mb: float, rss_mb: float, memory_gb: float) -> list[str]:
-    """Projected wall time for 500 parts of 27 MB: one part per core, limited by memory."""
+    """Projected wall time for 500 parts of 27 MB: one part per core, limited by memory
+    (`memory_gb` per core, `rss_mb` per running part)."""
     rows = []
     for cores in PROJECTION_CORES:
-        parallel = max(1, min(cores, int(memory_gb * 1024 // max(rss_mb, 1.0))))
+        parallel = max(1, min(cores, int(memory_gb * cores * 1024 // max(rss_mb, 1.0))))
         waves = -(-OFFICIAL_PARTS // parallel)
         hours = waves * OFFICIAL_PART_MB * cpu_s_per_mb / 3600
         rows.append(f"| {label} | {cores} | {memory_gb:.0f} | {parallel} | {hours:.2f} |")
@@ -189,6 +211,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Data pipeline bench, ours vs the reference.")
     parser.add_argument("--reference_dir", required=True,
                         help="The reference's cleanup_scripts folder (from mlcommons/training).")
+    parser.add_argument("--reference_python", default=sys.executable,
+                        help="Python for the reference's text scripts; one with NLTK 3.4.5 "
+                             "(the dataset's version) makes their output identical to ours.")
+    parser.add_argument("--reference_nltk_data", default=None,
+                        help="NLTK_DATA for the reference (default: our Punkt tables in "
+                             "punkt_tab form, which NLTK 3.10 reads).")
     parser.add_argument("--text_dir", default="build/dataset/text", help="Extracted text.")
     parser.add_argument("--part", default="build/dataset/results/part-00000-of-00500",
                         help="A text part for create_pretraining_data.")
@@ -210,36 +238,44 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
         work = Path(scratch)
         text = bench_text_stages(reference_dir, Path(args.text_dir), work / "text",
-                                 args.num_test_articles, args.block_size)
+                                 args.num_test_articles, args.block_size,
+                                 args.reference_python, args.reference_nltk_data)
         pre = bench_pretraining(reference_dir, part, args.part_copies, work)
-    for side in ("ours-1", "ours-2"):
-        if text[side][1] != text["reference"][1]:
-            raise InputError(f"text stages: {side} results differ from the reference's")
+    if text["ours-1"][1] != text["ours-2"][1]:
+        raise InputError("text stages: our results differ between 1 and 2 workers")
+    text_note = ("Text outputs identical on both sides." if text["ours-1"][1] ==
+                 text["reference"][1] else
+                 "Text outputs differ: the reference's segmentation ran under an NLTK other than "
+                 "3.4.5 (pass --reference_python with NLTK 3.4.5 for identical output).")
     if pre["ours"][1] != pre["reference"][1]:
         raise InputError("create_pretraining_data: our records differ from the reference's")
-    ref_pre, ours_pre = pre["reference"][0], pre["ours"][0]
+    ref_pre, ours_pre = pre["reference"][0][-1], pre["ours"][0][-1]
+    large_mb = pre["sizes_mb"][-1]
     lines = [
         f"# Data pipeline bench, {datetime.date.today()} on {platform.node()} "
         f"({os.cpu_count()} cores, Python {platform.python_version()})", "",
-        "Outputs identical on both sides (text bytes; TFRecords record for record).", "",
+        f"{text_note} TFRecords identical record for record.", "",
         "| stage | side | input MB | wall s | CPU s | MB per CPU-s | peak RSS MB |",
         "|---|---|---:|---:|---:|---:|---:|",
         *ratio_rows("clean+segment+separate+gather", text["input_mb"], text["reference"][0],
                     text["ours-1"][0]),
-        *ratio_rows("create_pretraining_data", pre["input_mb"], ref_pre, ours_pre), "",
+        *ratio_rows("create_pretraining_data", large_mb, ref_pre, ours_pre), "",
         f"Scaling of our text stages: 1 worker {text['ours-1'][0].wall_s:.1f} s, "
         f"2 workers {text['ours-2'][0].wall_s:.1f} s "
         f"({text['ours-1'][0].wall_s / text['ours-2'][0].wall_s:.2f}x).", "",
         f"## Projection: create_pretraining_data for {OFFICIAL_PARTS} parts of "
         f"{OFFICIAL_PART_MB:.0f} MB", "",
-        "From the measured CPU seconds per MB, one part per core while memory allows; the peak "
-        f"RSS is scaled linearly by {OFFICIAL_PART_MB:.0f} MB / input MB (an upper bound).", "",
+        "From the measured CPU seconds per MB, one part per core while memory allows; a "
+        "part's peak RSS is the fixed plus per-MB cost fitted to runs on "
+        f"{pre['sizes_mb'][0]:.1f} and {large_mb:.1f} MB.", "",
         "| side | cores | GB per core | parts at once | hours |", "|---|---:|---:|---:|---:|",
     ]
-    scale = OFFICIAL_PART_MB / pre["input_mb"]
-    for label, measured in (("reference", ref_pre), ("ours", ours_pre)):
-        lines += projection_rows(label, measured.cpu_s / pre["input_mb"],
-                                 measured.peak_rss_mb * scale, args.memory_gb_per_core)
+    for label in ("reference", "ours"):
+        measured = pre[label][0]
+        part_rss = project_rss_mb(pre["sizes_mb"], measured, OFFICIAL_PART_MB)
+        lines += projection_rows(f"{label} ({part_rss / 1024:.1f} GB per part)",
+                                 measured[-1].cpu_s / large_mb, part_rss,
+                                 args.memory_gb_per_core)
     report = "\n".join(lines) + "\n"
     ensure_dir(Path(args.output).parent)
     with atomic_output(args.output) as out:
