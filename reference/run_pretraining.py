@@ -55,9 +55,15 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from typing import TYPE_CHECKING
+
 from absl import app, flags, logging
 
 from benchmark import constants
+
+if TYPE_CHECKING:  # TensorFlow-importing modules are imported where used (fast --help)
+    from reference.distribution import StrategyRequest
+    from reference.trainer import OptimizerSettings
 
 FLAGS = flags.FLAGS
 
@@ -168,7 +174,7 @@ class RunOptions:
     max_eval_steps: int
     eval_records: int  # records actually evaluated
     steps_per_update: int
-    optimizer: "OptimizerSettings"  # noqa: F821 - reference.trainer
+    optimizer: OptimizerSettings
     stop_steps: int | None
     iterations_per_loop: int
     save_checkpoints_steps: int
@@ -185,7 +191,7 @@ class RunOptions:
     seed: int
     mixed_precision: str
     dropout_override: float | None
-    strategy: "StrategyRequest"  # noqa: F821 - reference.distribution
+    strategy: StrategyRequest
     noncompliant: list[str] = field(default_factory=list)
 
     @property
@@ -223,7 +229,7 @@ def _multiple(flag: str, value: int, n: int) -> None:
 
 def apply_preset(flag_values=FLAGS) -> list[str]:
     """Fill flags not given on the command line from --preset; returns the names set."""
-    from reference import presets  # pylint: disable=import-outside-toplevel
+    from reference import presets
     if not flag_values.preset:
         return []
     values = presets.resolve(flag_values.preset, flag_values.data_dir)
@@ -246,11 +252,11 @@ def options_from_flags(flag_values=FLAGS) -> RunOptions:
     Raises UsageError, InputError, ConfigError or CheckpointError with a one-line message.
     """
     # Imported here so that `--help` and flag errors do not wait for TensorFlow.
-    from reference import checkpoint as ckpt  # pylint: disable=import-outside-toplevel
-    from reference import input_pipeline  # pylint: disable=import-outside-toplevel
-    from reference.bert_config import load_bert_config  # pylint: disable=import-outside-toplevel
-    from reference.distribution import StrategyRequest  # pylint: disable=import-outside-toplevel
-    from reference.trainer import OptimizerSettings  # pylint: disable=import-outside-toplevel
+    from reference import checkpoint as ckpt
+    from reference import input_pipeline
+    from reference.bert_config import load_bert_config
+    from reference.distribution import StrategyRequest
+    from reference.trainer import OptimizerSettings
 
     f = flag_values
     _require(f.do_train or f.do_eval, "at least one of --do_train or --do_eval must be set")
@@ -391,7 +397,7 @@ def options_from_flags(flag_values=FLAGS) -> RunOptions:
 
 
 def _checkpoint_exists(path: str) -> bool:
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
     if tf.io.gfile.isdir(path):
         return tf.train.latest_checkpoint(path) is not None
     return tf.io.gfile.exists(path + ".index")
@@ -412,7 +418,7 @@ def next_eval_index(samples: int, eval_frequency: int) -> int:
 
 # ------------------------------------------------------------------------------ running
 def _write_eval_results(output_dir: str, step: int, metrics: dict[str, float]) -> None:
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
     path = os.path.join(output_dir, "eval_results.txt")
     lines = [f"global_step = {step}"] + [f"{key} = {metrics[key]}" for key in sorted(metrics)]
     with tf.io.gfile.GFile(path, "w") as out:
@@ -429,7 +435,7 @@ def _platform(options: RunOptions, strategy) -> str:
 
 def _peek_progress(path: str) -> tuple[int, int, int]:
     """(global_step, trained_samples, target_reached) stored in a training checkpoint."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
     reader = tf.train.load_checkpoint(path)
     names = reader.get_variable_to_shape_map()
 
@@ -451,8 +457,8 @@ class _Run:
     """One process's part of a run: strategy, trainer, datasets, logs."""
 
     def __init__(self, options: RunOptions, strategy=None):
-        import tensorflow as tf  # pylint: disable=import-outside-toplevel
-        from reference import distribution, trainer  # pylint: disable=import-outside-toplevel
+        import tensorflow as tf
+        from reference import distribution, trainer
         self.tf = tf
         self.options = options
         trainer.set_mixed_precision(options.mixed_precision)
@@ -469,8 +475,8 @@ class _Run:
         tf.io.gfile.makedirs(options.output_dir)
 
     def build_trainer(self):
-        from reference.bert_config import load_bert_config  # pylint: disable=import-outside-toplevel
-        from reference.trainer import Trainer  # pylint: disable=import-outside-toplevel
+        from reference.bert_config import load_bert_config
+        from reference.trainer import Trainer
         options = self.options
         config = load_bert_config(options.bert_config_file)
         if options.dropout_override is not None:
@@ -484,7 +490,7 @@ class _Run:
 
     # -------------------------------------------------------------- datasets
     def eval_dataset(self):
-        from reference import input_pipeline  # pylint: disable=import-outside-toplevel
+        from reference import input_pipeline
         options = self.options
         padded = input_pipeline.padded_eval_size(options.eval_records, options.eval_batch_size)
         self.eval_steps = padded // options.eval_batch_size
@@ -497,7 +503,7 @@ class _Run:
         return self.strategy.distribute_datasets_from_function(dataset_fn)
 
     def train_iterator(self):
-        from reference import input_pipeline  # pylint: disable=import-outside-toplevel
+        from reference import input_pipeline
         options = self.options
         # A resumed run draws a different (still seeded) order than the first segment.
         seed = options.seed + self.trainer.step
@@ -524,7 +530,7 @@ def evaluate_only(options: RunOptions, strategy=None) -> RunResult:
 
     strategy: the tf.distribute strategy (default: made from options.strategy).
     """
-    from reference import checkpoint as ckpt  # pylint: disable=import-outside-toplevel
+    from reference import checkpoint as ckpt
     run = _Run(options, strategy)
     tf = run.tf
     trainer = run.build_trainer()
@@ -557,10 +563,10 @@ def train(options: RunOptions, strategy=None) -> RunResult:
 
     strategy: the tf.distribute strategy (default: made from options.strategy).
     """
-    from benchmark.mlperf_log import BertLogger, Hyperparameters  # pylint: disable=import-outside-toplevel
-    from reference import checkpoint as ckpt  # pylint: disable=import-outside-toplevel
-    from reference.run_log import NONCOMPLIANT, RESUME, ExtraEvents  # pylint: disable=import-outside-toplevel
-    from reference.trainer import worker_checkpoint_dir  # pylint: disable=import-outside-toplevel
+    from benchmark.mlperf_log import BertLogger, Hyperparameters
+    from reference import checkpoint as ckpt
+    from reference.run_log import NONCOMPLIANT, RESUME, ExtraEvents
+    from reference.trainer import worker_checkpoint_dir
 
     run = _Run(options, strategy)
     tf = run.tf
@@ -631,9 +637,9 @@ def train(options: RunOptions, strategy=None) -> RunResult:
             opt_lamb_beta_1=options.optimizer.beta_1, opt_lamb_beta_2=options.optimizer.beta_2,
             opt_lamb_weight_decay_rate=options.optimizer.weight_decay_rate,
             gradient_accumulation_steps=n)
-        if not options.do_eval or options.eval_records == constants.EVAL_SAMPLES:
+        if options.eval_records == constants.EVAL_SAMPLES:
             log.hyperparameters(hp)
-        else:
+        else:  # BertLogger writes eval_samples 10,000; this run evaluates another number
             extra.hyperparameters(hp, options.eval_records)
         iterator = run.train_iterator()
         eval_data = run.eval_dataset() if options.do_eval else None
@@ -759,10 +765,10 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise SystemExit(f"error: unexpected arguments {' '.join(argv[1:])} (flags are "
                          "--name=value)")
-    from reference import distribution, presets  # pylint: disable=import-outside-toplevel
-    from reference.bert_config import ConfigError  # pylint: disable=import-outside-toplevel
-    from reference.checkpoint import CheckpointError  # pylint: disable=import-outside-toplevel
-    from reference.input_pipeline import InputError  # pylint: disable=import-outside-toplevel
+    from reference import distribution, presets
+    from reference.bert_config import ConfigError
+    from reference.checkpoint import CheckpointError
+    from reference.input_pipeline import InputError
     errors = (UsageError, ConfigError, CheckpointError, InputError,
               distribution.StrategyError, presets.PresetError)
     try:

@@ -151,8 +151,11 @@ def test_preset_errors():
 
 
 def test_demo_preset_defaults_to_the_make_preprocess_output():
+    from cleanup_scripts.layout import DatasetLayout
     values = presets.resolve("demo")
-    assert values["input_file"].endswith("/build/dataset/tfrecords/part-*")
+    records = DatasetLayout(presets.REPO_DIR / "build" / "dataset").tfrecord_dir
+    assert values["input_file"] == f"{records}/part-*"
+    assert values["eval_file"] == f"{records}/eval_10k"
     assert values["bert_config_file"].endswith("demo_bert_config.json")
 
 
@@ -175,7 +178,7 @@ def test_record_shards_of_two_pipelines_make_up_the_single_pipeline_batch(tmp_pa
         [str(path)], 4, 16, 4, seed=9,
         input_context=tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=i))
         for i in range(2)]
-    for whole, *parts in list(zip(single, *shards))[:12]:  # past one epoch (8 batches)
+    for whole, *parts in zip(single.take(12), *shards):  # past one epoch (8 batches)
         union = np.concatenate([p["masked_lm_positions"].numpy() for p in parts])
         key = lambda a: sorted(map(tuple, a))  # noqa: E731
         assert key(union) == key(whole["masked_lm_positions"].numpy())
