@@ -17,12 +17,23 @@ ARTIFACTS ?= config,vocab
 # make bench: the reference's cleanup_scripts folder (a checkout of mlcommons/training).
 REFERENCE_DIR ?=
 BENCH_ARGS    ?=
+# make train: run_pretraining with a preset from reference/presets/ (default: the CPU demo).
+TPU ?=
+GPU ?=
+PRESET ?= $(or $(TPU),$(GPU),demo)
+DATA ?=
+INIT_CHECKPOINT ?=
+TRAIN_OUT ?= build/train/$(PRESET)
+TPU_NAME ?=
+TPU_ZONE ?=
+GCP_PROJECT ?=
+TRAIN_ARGS ?=
 # make check: a log, a results folder, or a submission tree.
 LOG        ?=
 SUBMISSION ?=
 CHECK_ARGS ?=
 
-.PHONY: install test test-all preprocess download upload verify check bench clean-build
+.PHONY: install test test-all preprocess download upload verify train check bench clean-build
 
 install:
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +60,12 @@ upload:
 
 verify:
 	$(PY) -m cleanup_scripts.verify $(or $(BUCKET),$(DIR))
+
+train:
+	$(PY) -m reference.run_pretraining --preset=$(PRESET) --output_dir=$(TRAIN_OUT) \
+		$(if $(DATA),--data_dir=$(DATA)) $(if $(INIT_CHECKPOINT),--init_checkpoint=$(INIT_CHECKPOINT)) \
+		$(if $(TPU_NAME),--tpu_name=$(TPU_NAME)) $(if $(TPU_ZONE),--tpu_zone=$(TPU_ZONE)) \
+		$(if $(GCP_PROJECT),--gcp_project=$(GCP_PROJECT)) $(TRAIN_ARGS)
 
 bench:
 	$(PY) -m cleanup_scripts.bench --reference_dir=$(REFERENCE_DIR) \

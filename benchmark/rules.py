@@ -24,12 +24,21 @@ NOT_LOGGED = "the closed division requires these hyperparameters, not logged: "
 
 @dataclass(frozen=True)
 class Rule:
-    """One BERT rule: `check(view)` yields (line, message) for each violation."""
+    """One BERT rule: `check(view)` yields (line, message) for each violation.
+
+    `open_severity` replaces `severity` for open-division logs, where the rules allow a
+    different eval schedule and eval set (None: the same severity).
+    """
     name: str
     severity: str
     summary: str
     check: Callable[[LogView], Iterable[Finding]]
     divisions: tuple[str, ...] = k.DIVISIONS
+    open_severity: str | None = None
+
+    def severity_for(self, division: str | None) -> str:
+        """The severity of this rule's findings in a log of `division`."""
+        return self.open_severity if division == "open" and self.open_severity else self.severity
 
 
 def _samples(n: int | None) -> str:
@@ -427,7 +436,7 @@ RULES: tuple[Rule, ...] = (
          "The closed division's hyperparameters are logged, each with its type and range.",
          check_hyperparameters),
     Rule("bert/eval-samples", ERROR, f"eval_samples is {constants.EVAL_SAMPLES:,}.",
-         check_eval_samples),
+         check_eval_samples, open_severity=WARNING),
     Rule("bert/train-samples", ERROR,
          "train_samples is a sample count, not fewer than the samples of the last eval.",
          check_train_samples),
@@ -441,7 +450,7 @@ RULES: tuple[Rule, ...] = (
          check_eval_sequence),
     Rule("bert/eval-cadence", ERROR,
          "Evals come every eval_frequency(global_batch_size) samples, none skipped.",
-         check_eval_cadence),
+         check_eval_cadence, open_severity=WARNING),
     Rule("bert/blocks", ERROR,
          "Blocks start where the previous ended; the eval after a block is at its end.",
          check_blocks),
@@ -475,13 +484,14 @@ def run_rules(view: LogView, rules: Iterable[Rule] = RULES) -> list[Problem]:
             findings = []
             problems.append(Problem(view.path, 0, f"internal/{rule.name}",
                                     f"rule failed on this log: {type(exc).__name__}: {exc}"))
+        severity = rule.severity_for(view.division)
         shown, rest = findings[:MAX_FINDINGS], findings[MAX_FINDINGS:]
         for line, message in shown:
-            problems.append(Problem(view.path, line, rule.name, message, rule.severity))
+            problems.append(Problem(view.path, line, rule.name, message, severity))
         if rest:
             lines = ", ".join(str(line) for line, _ in rest[:12]) + (", ..." if len(rest) > 12
                                                                       else "")
             problems.append(Problem(view.path, rest[0][0], rule.name,
                                     f"{len(rest)} more like the above, on lines {lines}",
-                                    rule.severity))
+                                    severity))
     return problems
