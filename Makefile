@@ -33,7 +33,7 @@ LOG        ?=
 SUBMISSION ?=
 CHECK_ARGS ?=
 
-.PHONY: install test test-all preprocess download upload verify train check bench clean-build
+.PHONY: install test test-all preprocess download upload verify train check example-submission bench clean-build
 
 install:
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,11 @@ train:
 		$(if $(DATA),--data_dir=$(DATA)) $(if $(INIT_CHECKPOINT),--init_checkpoint=$(INIT_CHECKPOINT)) \
 		$(if $(TPU_NAME),--tpu_name=$(TPU_NAME)) $(if $(TPU_ZONE),--tpu_zone=$(TPU_ZONE)) \
 		$(if $(GCP_PROJECT),--gcp_project=$(GCP_PROJECT)) $(TRAIN_ARGS)
+
+# Ten real demo runs laid out as an (open division) submission, then checked.
+EXAMPLE_ARGS ?=
+example-submission:
+	$(PY) -m benchmark.example_submission $(EXAMPLE_ARGS)
 
 bench:
 	$(PY) -m cleanup_scripts.bench --reference_dir=$(REFERENCE_DIR) \

@@ -9,25 +9,12 @@ from pathlib import Path
 
 from mlperf_logging.compliance_checker import mlp_compliance
 
+from benchmark.example_submission import SYSTEM_FIELDS
 from tests.benchmark.synthetic import RunSpec, write_run
 
 SYSTEM = "1xSyntheticA100x8"
 # Runs of the synthetic submission: the eval (1-based) at which each reaches the target.
 CONVERGE_AT = (17, 18, 18, 19, 17, 18, 20, 18, 19, 17)
-
-# The fields mlperf_logging's system_desc_checker requires.
-SYSTEM_FIELDS = (
-    "submitter", "division", "status", "system_name", "number_of_nodes",
-    "host_processors_per_node", "host_processor_model_name", "host_processor_core_count",
-    "host_processor_vcpu_count", "host_processor_frequency", "host_processor_caches",
-    "host_processor_interconnect", "host_memory_capacity", "host_storage_type",
-    "host_storage_capacity", "host_networking", "host_networking_topology",
-    "host_memory_configuration", "accelerators_per_node", "accelerator_model_name",
-    "accelerator_host_interconnect", "accelerator_frequency", "accelerator_on-chip_memories",
-    "accelerator_memory_configuration", "accelerator_memory_capacity",
-    "accelerator_interconnect", "accelerator_interconnect_topology", "cooling", "hw_notes",
-    "framework", "other_software_stack", "operating_system", "sw_notes")
-
 
 def official_verdict(path: str | Path, ruleset: str = "1.0.0") -> bool:
     """The compliance checker's verdict, called the way its own __main__ calls it.
