@@ -21,15 +21,14 @@ from __future__ import annotations
 from typing import Callable, Iterable, Sequence
 
 import tensorflow as tf
-from absl import logging
 
-from reference.lamb import DEFAULT_EXCLUDE, _matches_any, densify, variable_name
+from reference.lamb import DEFAULT_EXCLUDE, MomentOptimizer, densify, variable_name
 
 # The values the reference hard-codes for AdamWeightDecayOptimizer in create_optimizer.
 DEFAULTS = {"weight_decay_rate": 0.01, "beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-6}
 
 
-class AdamWeightDecay(tf.Module):
+class AdamWeightDecay(MomentOptimizer):
     """The reference's AdamWeightDecayOptimizer (see the module docstring).
 
     Args:
@@ -41,55 +40,16 @@ class AdamWeightDecay(tf.Module):
     State: `iterations` (updates applied, int64), per-variable moments `m`/`v`.
     """
 
+    slot_suffixes = ("adam_m", "adam_v")
+
     def __init__(self, learning_rate: float | Callable[[tf.Tensor], tf.Tensor],
                  weight_decay_rate: float = DEFAULTS["weight_decay_rate"],
                  beta_1: float = DEFAULTS["beta_1"], beta_2: float = DEFAULTS["beta_2"],
                  epsilon: float = DEFAULTS["epsilon"],
                  exclude_from_weight_decay: Sequence[str] | None = DEFAULT_EXCLUDE,
                  name: str = "AdamWeightDecay"):
-        super().__init__(name=name)
-        self.learning_rate = learning_rate
-        self.weight_decay_rate = float(weight_decay_rate)
-        self.beta_1 = float(beta_1)
-        self.beta_2 = float(beta_2)
-        self.epsilon = float(epsilon)
-        self.exclude_from_weight_decay = tuple(exclude_from_weight_decay or ())
-        self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False, name="iterations")
-        self.m: list[tf.Variable] = []
-        self.v: list[tf.Variable] = []
-        self._slot_index: dict = {}
-
-    def uses_weight_decay(self, name: str) -> bool:
-        """Whether a variable of this name is decayed."""
-        return bool(self.weight_decay_rate) and not _matches_any(self.exclude_from_weight_decay,
-                                                                 name)
-
-    def build(self, var_list: Sequence[tf.Variable]) -> None:
-        """Create the m/v slots (zeros) for variables that have none yet."""
-        new = [var for var in var_list if var.ref() not in self._slot_index]
-        if not new:
-            return
-        with tf.init_scope():
-            for var in new:
-                self._slot_index[var.ref()] = len(self.m)
-                base = variable_name(var).replace("/", ".")
-                self.m.append(tf.Variable(tf.zeros(var.shape, var.dtype), trainable=False,
-                                          name=f"{base}.adam_m"))
-                self.v.append(tf.Variable(tf.zeros(var.shape, var.dtype), trainable=False,
-                                          name=f"{base}.adam_v"))
-        logging.info("AdamW: created slots for %d variables", len(new))
-
-    def slots(self, var: tf.Variable) -> tuple[tf.Variable, tf.Variable]:
-        """The (m, v) moment variables of `var` (built earlier)."""
-        index = self._slot_index[var.ref()]
-        return self.m[index], self.v[index]
-
-    def current_learning_rate(self, step=None) -> tf.Tensor:
-        """The learning rate at `step` (default: `iterations`), float32 scalar."""
-        if callable(self.learning_rate):
-            step = self.iterations if step is None else step
-            return tf.cast(self.learning_rate(step), tf.float32)
-        return tf.constant(self.learning_rate, tf.float32)
+        super().__init__(learning_rate, beta_1, beta_2, epsilon, weight_decay_rate,
+                         exclude_from_weight_decay, name)
 
     def apply_gradients(self, grads_and_vars: Iterable, step=None) -> tf.Tensor:
         """Apply one update; `step` is where the schedule is read. Returns the learning rate."""

@@ -75,7 +75,71 @@ def variable_name(var: tf.Variable) -> str:
     return name[:-2] if name.endswith(":0") else name
 
 
-class Lamb(tf.Module):
+class MomentOptimizer(tf.Module):
+    """State and bookkeeping shared by the reference's LAMB and AdamW optimizers.
+
+    Holds the learning rate (a float, or a callable step -> rate), the moment rates, epsilon,
+    the weight-decay rate and its exclusions, `iterations` (updates applied, int64) and the
+    per-variable first/second moments `m`/`v` (lists in the order variables are first seen;
+    the slot variables are named `<variable>.<suffix>` with `slot_suffixes`).
+    """
+
+    slot_suffixes = ("m", "v")
+
+    def __init__(self, learning_rate: float | Callable[[tf.Tensor], tf.Tensor],
+                 beta_1: float, beta_2: float, epsilon: float, weight_decay_rate: float,
+                 exclude_from_weight_decay: Sequence[str] | None, name: str):
+        super().__init__(name=name)
+        self.learning_rate = learning_rate
+        self.beta_1 = float(beta_1)
+        self.beta_2 = float(beta_2)
+        self.epsilon = float(epsilon)
+        self.weight_decay_rate = float(weight_decay_rate)
+        self.exclude_from_weight_decay = tuple(exclude_from_weight_decay or ())
+        self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False, name="iterations")
+        self.m: list[tf.Variable] = []
+        self.v: list[tf.Variable] = []
+        self._slot_index: dict = {}
+
+    def uses_weight_decay(self, name: str) -> bool:
+        """Whether a variable of this name is decayed (rate non-zero and name not excluded)."""
+        return bool(self.weight_decay_rate) and not _matches_any(self.exclude_from_weight_decay,
+                                                                 name)
+
+    def build(self, var_list: Sequence[tf.Variable]) -> None:
+        """Create the m/v slots (zeros) for variables that have none yet.
+
+        Call this before restoring a checkpoint that holds optimizer state; `apply_gradients`
+        calls it too.
+        """
+        new = [var for var in var_list if var.ref() not in self._slot_index]
+        if not new:
+            return
+        m_suffix, v_suffix = self.slot_suffixes
+        with tf.init_scope():
+            for var in new:
+                self._slot_index[var.ref()] = len(self.m)
+                base = variable_name(var).replace("/", ".")
+                self.m.append(tf.Variable(tf.zeros(var.shape, var.dtype), trainable=False,
+                                          name=f"{base}.{m_suffix}"))
+                self.v.append(tf.Variable(tf.zeros(var.shape, var.dtype), trainable=False,
+                                          name=f"{base}.{v_suffix}"))
+        logging.info("%s: created slots for %d variables", self.name, len(new))
+
+    def slots(self, var: tf.Variable) -> tuple[tf.Variable, tf.Variable]:
+        """The (m, v) moment variables of `var` (built earlier)."""
+        index = self._slot_index[var.ref()]
+        return self.m[index], self.v[index]
+
+    def current_learning_rate(self, step=None) -> tf.Tensor:
+        """The learning rate at `step` (default: `iterations`), float32 scalar."""
+        if callable(self.learning_rate):
+            step = self.iterations if step is None else step
+            return tf.cast(self.learning_rate(step), tf.float32)
+        return tf.constant(self.learning_rate, tf.float32)
+
+
+class Lamb(MomentOptimizer):
     """The reference LAMB optimizer (see the module docstring for the update).
 
     Args:
@@ -100,65 +164,19 @@ class Lamb(tf.Module):
                  exclude_from_weight_decay: Sequence[str] | None = DEFAULT_EXCLUDE,
                  exclude_from_layer_adaptation: Sequence[str] | None = None,
                  name: str = "LAMB"):
-        super().__init__(name=name)
-        self.learning_rate = learning_rate
-        self.beta_1 = float(beta_1)
-        self.beta_2 = float(beta_2)
-        self.epsilon = float(epsilon)
-        self.weight_decay_rate = float(weight_decay_rate)
-        self.exclude_from_weight_decay = tuple(exclude_from_weight_decay or ())
+        super().__init__(learning_rate, beta_1, beta_2, epsilon, weight_decay_rate,
+                         exclude_from_weight_decay, name)
         self.exclude_from_layer_adaptation = tuple(exclude_from_layer_adaptation or ()) or \
             self.exclude_from_weight_decay
-        self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False, name="iterations")
         self.beta_1_power = tf.Variable(self.beta_1, dtype=tf.float32, trainable=False,
                                         name="beta_1_power")
         self.beta_2_power = tf.Variable(self.beta_2, dtype=tf.float32, trainable=False,
                                         name="beta_2_power")
-        self.m: list[tf.Variable] = []
-        self.v: list[tf.Variable] = []
-        self._slot_index: dict = {}
 
     # ------------------------------------------------------------------ decisions
-    def uses_weight_decay(self, name: str) -> bool:
-        """Whether a variable of this name is decayed (rate non-zero and name not excluded)."""
-        return bool(self.weight_decay_rate) and not _matches_any(self.exclude_from_weight_decay,
-                                                                 name)
-
     def uses_layer_adaptation(self, name: str) -> bool:
         """Whether a variable of this name gets the trust ratio ||w|| / ||update||."""
         return not _matches_any(self.exclude_from_layer_adaptation, name)
-
-    # ------------------------------------------------------------------ state
-    def build(self, var_list: Sequence[tf.Variable]) -> None:
-        """Create the m/v slots (zeros) for variables that have none yet.
-
-        Call this before restoring a checkpoint that holds optimizer state; `apply_gradients`
-        calls it too.
-        """
-        new = [var for var in var_list if var.ref() not in self._slot_index]
-        if not new:
-            return
-        with tf.init_scope():
-            for var in new:
-                self._slot_index[var.ref()] = len(self.m)
-                base = variable_name(var).replace("/", ".")
-                self.m.append(tf.Variable(tf.zeros(var.shape, var.dtype), trainable=False,
-                                          name=f"{base}.m"))
-                self.v.append(tf.Variable(tf.zeros(var.shape, var.dtype), trainable=False,
-                                          name=f"{base}.v"))
-        logging.info("LAMB: created slots for %d variables", len(new))
-
-    def slots(self, var: tf.Variable) -> tuple[tf.Variable, tf.Variable]:
-        """The (m, v) moment variables of `var` (built earlier)."""
-        index = self._slot_index[var.ref()]
-        return self.m[index], self.v[index]
-
-    def current_learning_rate(self, step=None) -> tf.Tensor:
-        """The learning rate at `step` (default: `iterations`), float32 scalar."""
-        if callable(self.learning_rate):
-            step = self.iterations if step is None else step
-            return tf.cast(self.learning_rate(step), tf.float32)
-        return tf.constant(self.learning_rate, tf.float32)
 
     # ------------------------------------------------------------------ update
     def apply_gradients(self, grads_and_vars: Iterable, step=None) -> tf.Tensor:
