@@ -131,11 +131,21 @@ class BertLogger:
         """Log the run's random seed (each of the 10 runs uses a different one)."""
         self._log("event", k.SEED, int(seed))
 
-    def hyperparameters(self, hp: Hyperparameters) -> None:
-        """Log every hyperparameter in `hp` and eval_samples (10,000)."""
+    def hyperparameters(self, hp: Hyperparameters,
+                        eval_samples: int = constants.EVAL_SAMPLES) -> None:
+        """Log every hyperparameter in `hp` and eval_samples (10,000 in a compliant run)."""
         for key, value in hp.items():
             self._log("event", key, value)
-        self._log("event", k.EVAL_SAMPLES, constants.EVAL_SAMPLES)
+        self._log("event", k.EVAL_SAMPLES, int(eval_samples))
+
+    def event(self, key: str, value: Any = None, metadata: dict | None = None) -> None:
+        """Log any other point-in-time record (e.g. the trainer's informative settings)."""
+        self._log("event", key, value, metadata)
+
+    def weights_initialization(self, tensors: list[str]) -> None:
+        """Log one weights_initialization record per tensor read from the initial checkpoint."""
+        for name in tensors:
+            self._log("event", k.WEIGHTS_INITIALIZATION, None, {"tensor": name})
 
     # The timed run ------------------------------------------------------------------------
 

@@ -565,7 +565,7 @@ def train(options: RunOptions, strategy=None) -> RunResult:
     """
     from benchmark.mlperf_log import BertLogger, Hyperparameters
     from reference import checkpoint as ckpt
-    from reference.run_log import NONCOMPLIANT, RESUME, ExtraEvents
+    from reference.run_log import NONCOMPLIANT, RESUME
     from reference.trainer import worker_checkpoint_dir
 
     run = _Run(options, strategy)
@@ -594,7 +594,6 @@ def train(options: RunOptions, strategy=None) -> RunResult:
         os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
     stream = sys.stdout if run.chief else None
     log = BertLogger(log_path, stream=stream)
-    extra = ExtraEvents(log_path, stream=stream)
     result = RunResult("aborted", 0, 0)
     try:
         log.submission(org=options.submission_org, platform=_platform(options, run.strategy),
@@ -603,7 +602,7 @@ def train(options: RunOptions, strategy=None) -> RunResult:
         log.init_start()
         for reason in options.noncompliant:
             logging.warning("non-compliant: %s", reason)
-            extra.event(NONCOMPLIANT, reason)
+            log.event(NONCOMPLIANT, reason)
         log.seed(options.seed)
         trainer = run.build_trainer()
         manager = trainer.checkpoint_manager(
@@ -611,13 +610,13 @@ def train(options: RunOptions, strategy=None) -> RunResult:
             options.keep_checkpoint_max or None)
         if latest:
             trainer.restore(latest)
-            extra.event(RESUME, None, {"checkpoint": latest, "global_step": trainer.step,
+            log.event(RESUME, None, {"checkpoint": latest, "global_step": trainer.step,
                                        "samples": trainer.samples})
             if options.init_checkpoint:
                 logging.info("--init_checkpoint ignored: resuming from %s", latest)
         elif options.init_checkpoint:
             names = trainer.load_initial_checkpoint(options.init_checkpoint)
-            extra.weights_initialization(ckpt.restored_tensor_names(names))
+            log.weights_initialization(ckpt.restored_tensor_names(names))
         else:
             trainer.initialize_weights(options.seed)
         for key, value in (("opt_name", options.optimizer.name),
@@ -626,7 +625,7 @@ def train(options: RunOptions, strategy=None) -> RunResult:
                            ("opt_lamb_learning_rate_decay_poly_power",
                             options.optimizer.poly_power),
                            ("mixed_precision", options.mixed_precision)):
-            extra.event(key, value)
+            log.event(key, value)
         hp = Hyperparameters(
             global_batch_size=batch, opt_base_learning_rate=options.optimizer.learning_rate,
             opt_epsilon=options.optimizer.epsilon,
@@ -637,10 +636,7 @@ def train(options: RunOptions, strategy=None) -> RunResult:
             opt_lamb_beta_1=options.optimizer.beta_1, opt_lamb_beta_2=options.optimizer.beta_2,
             opt_lamb_weight_decay_rate=options.optimizer.weight_decay_rate,
             gradient_accumulation_steps=n)
-        if options.eval_records == constants.EVAL_SAMPLES:
-            log.hyperparameters(hp)
-        else:  # BertLogger writes eval_samples 10,000; this run evaluates another number
-            extra.hyperparameters(hp, options.eval_records)
+        log.hyperparameters(hp, eval_samples=options.eval_records)
         iterator = run.train_iterator()
         eval_data = run.eval_dataset() if options.do_eval else None
         summaries = tf.summary.create_file_writer(
@@ -661,7 +657,6 @@ def train(options: RunOptions, strategy=None) -> RunResult:
                      trainer.step, trainer.samples, manager.latest_checkpoint)
     finally:
         log.close()
-        extra.close()
     if not run.chief:
         shutil.rmtree(worker_checkpoint_dir(options.output_dir, False, run.task),
                       ignore_errors=True)
