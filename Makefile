@@ -17,6 +17,9 @@ ARTIFACTS ?= config,vocab
 # make bench: the reference's cleanup_scripts folder (a checkout of mlcommons/training).
 REFERENCE_DIR ?=
 BENCH_ARGS    ?=
+# make bench also times training against the reference graph in REFERENCE_DIR/.. (its bert/).
+REFERENCE_BERT   ?= $(if $(REFERENCE_DIR),$(REFERENCE_DIR)/..)
+BENCH_TRAIN_ARGS ?=
 # make train: run_pretraining with a preset from reference/presets/ (default: the CPU demo).
 TPU ?=
 GPU ?=
@@ -33,7 +36,7 @@ LOG        ?=
 SUBMISSION ?=
 CHECK_ARGS ?=
 
-.PHONY: install test test-all preprocess download upload verify train check example-submission bench clean-build
+.PHONY: install test test-all preprocess download upload verify train check example-submission bench bench-data bench-train clean-build
 
 install:
 	$(PYTHON) -m venv $(VENV)
@@ -72,9 +75,14 @@ EXAMPLE_ARGS ?=
 example-submission:
 	$(PY) -m benchmark.example_submission $(EXAMPLE_ARGS)
 
-bench:
+bench: bench-data bench-train
+
+bench-data:
 	$(PY) -m cleanup_scripts.bench --reference_dir=$(REFERENCE_DIR) \
 		--text_dir=$(OUT)/text --part=$(OUT)/results/part-00000-of-00500 $(BENCH_ARGS)
+
+bench-train:
+	$(PY) -m reference.bench --reference_dir=$(REFERENCE_BERT) $(BENCH_TRAIN_ARGS)
 
 check:
 	$(PY) -m benchmark.check $(LOG) $(if $(SUBMISSION),--submission $(SUBMISSION)) $(CHECK_ARGS)
