@@ -10,8 +10,12 @@ segment (Punkt as NLTK 3.4.5), separate (eval articles), gather (parts), tfrecor
 
 Without --dump it runs on the Wikipedia slice shipped in the repository with small-input
 defaults (20 test articles, 1.5 MiB parts); with --dump the benchmark's values apply. A finished
-stage records its parameters under .state/; a re-run with the same parameters skips it, and a
-stage whose parameters (or an earlier stage's) changed runs again with everything after it.
+stage records its parameters under .state/, and every finished output its size, mtime and md5
+(cleanup_scripts.ledger). A re-run with the same parameters skips a stage whose outputs still
+match; it redoes only the outputs that are missing or changed (a part deleted or truncated
+since), and a stage killed midway keeps the outputs it finished (clean, segment and tfrecords
+work file by file). A stage whose parameters (or an earlier stage's) changed runs again from
+scratch with everything after it.
 """
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ from cleanup_scripts.do_gather import GatherSource, gather
 from cleanup_scripts.do_sentence_segmentation import segment_file
 from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir
 from cleanup_scripts.layout import DatasetLayout
+from cleanup_scripts.ledger import OutputLedger
 from cleanup_scripts.runner import (StageSummary, map_in_workers, report, total_bytes,
                                     worker_count)
 from cleanup_scripts.seperate_test_set import separate_files
@@ -46,7 +51,8 @@ SAMPLE_BLOCK_SIZE_MB = 1.5
 
 @dataclass(frozen=True)
 class Options:
-    """Every parameter of the pipeline; all but `nworker` decide its output."""
+    """Every parameter of the pipeline; all but `nworker` and `verify_outputs` decide its
+    output."""
 
     dump: str
     vocab_file: str
@@ -63,21 +69,26 @@ class Options:
     random_seed: int
     num_eval_examples: int
     nworker: int
+    verify_outputs: bool = False
+
+
+StageBody = Callable[[DatasetLayout, Options, OutputLedger], StageSummary]
 
 
 @dataclass
 class Stage:
     """A named step; `params` lists the Options fields its output depends on.
 
-    A stage with a `resumable_dir` keeps the finished files it finds there when it is restarted
-    with the same parameters (its files appear only when complete); otherwise that directory
-    is emptied before it runs.
+    `run(layout, options, ledger)` records each output in `ledger` once it is complete. A stage
+    with an `output_dir` works file by file: restarted with the same parameters it skips the
+    outputs its ledger shows intact; run afresh, that directory is emptied first. A stage
+    without one always redoes all its outputs.
     """
 
     name: str
-    run: Callable[[DatasetLayout, Options], StageSummary]
+    run: StageBody
     params: tuple[str, ...]
-    resumable_dir: Callable[[DatasetLayout], Path] | None = None
+    output_dir: Callable[[DatasetLayout], Path] | None = None
 
 
 # ---- stage bodies -------------------------------------------------------------------------------
@@ -111,11 +122,12 @@ def fetch_dump(layout: DatasetLayout, options: Options) -> Path:
     return path
 
 
-def run_extract(layout: DatasetLayout, options: Options) -> StageSummary:
+def run_extract(layout: DatasetLayout, options: Options, ledger: OutputLedger) -> StageSummary:
     started = time.time()
     dump = fetch_dump(layout, options)
     extraction = extract.extract_dump(dump, layout.text_dir, date=options.date,
                                       processes=worker_count(options.nworker))
+    ledger.record_all(layout.extracted_files())
     return StageSummary("extract", extraction.files, extraction.pages, dump.stat().st_size,
                         started)
 
@@ -133,6 +145,30 @@ def _segment_one(job: tuple[str, str]) -> int:
     return segment_file(*job)
 
 
+@dataclass(frozen=True)
+class _Recorded:
+    """A per-file job function that records its output (the job's second item) when done."""
+
+    function: Callable[[tuple], int]
+    ledger: OutputLedger
+
+    def __call__(self, job: tuple) -> int:
+        records = self.function(job)
+        self.ledger.record(job[1])
+        return records
+
+
+def _unfinished(jobs: list[tuple], ledger: OutputLedger, options: Options, stage: str
+                ) -> list[tuple]:
+    """The jobs whose output (second item) is not recorded intact in `ledger`."""
+    entries = ledger.entries()
+    todo = [job for job in jobs if not ledger.intact(job[1], entries, options.verify_outputs)]
+    if len(todo) < len(jobs):
+        logging.info("%s: %d of %d outputs already finished, kept", stage,
+                     len(jobs) - len(todo), len(jobs))
+    return todo
+
+
 def _mirror_jobs(layout: DatasetLayout, source_stage: str | None, target_stage: str
                  ) -> list[tuple[str, str]]:
     jobs = []
@@ -145,32 +181,34 @@ def _mirror_jobs(layout: DatasetLayout, source_stage: str | None, target_stage: 
 
 
 def _per_file_stage(name: str, function: Callable[[tuple[str, str]], int],
-                    source_stage: str | None, target_stage: str
-                    ) -> Callable[[DatasetLayout, Options], StageSummary]:
-    def run(layout: DatasetLayout, options: Options) -> StageSummary:
+                    source_stage: str | None, target_stage: str) -> StageBody:
+    def run(layout: DatasetLayout, options: Options, ledger: OutputLedger) -> StageSummary:
         started = time.time()
-        shutil.rmtree(layout.work_dir(target_stage), ignore_errors=True)
         jobs = _mirror_jobs(layout, source_stage, target_stage)
         if not jobs:
             raise InputError(f"{layout.text_dir}: no extracted files (text/*/wiki_??)")
-        records = map_in_workers(function, jobs, options.nworker, desc=name)
+        jobs = _unfinished(jobs, ledger, options, name)
+        records = map_in_workers(_Recorded(function, ledger), jobs, options.nworker, desc=name)
         return StageSummary(name, len(jobs), sum(records), total_bytes(s for s, _ in jobs),
                             started)
     return run
 
 
-def run_separate(layout: DatasetLayout, options: Options) -> StageSummary:
+def run_separate(layout: DatasetLayout, options: Options, ledger: OutputLedger
+                 ) -> StageSummary:
     started = time.time()
     shutil.rmtree(layout.work_dir("train"), ignore_errors=True)
     jobs = _mirror_jobs(layout, "sentences", "train")
     ensure_dir(layout.results_dir)
     held_out = separate_files(jobs, options.num_test_articles, options.seed,
                               str(layout.results_dir / "eval"), options.nworker)
+    ledger.record_all([target for _, target in jobs] + [layout.results_dir / "eval.txt",
+                                                        layout.results_dir / "eval.md5"])
     return StageSummary("separate", len(jobs), held_out, total_bytes(s for s, _ in jobs),
                         started)
 
 
-def run_gather(layout: DatasetLayout, options: Options) -> StageSummary:
+def run_gather(layout: DatasetLayout, options: Options, ledger: OutputLedger) -> StageSummary:
     started = time.time()
     for old in layout.results_dir.glob("part-*"):
         old.unlink()
@@ -178,6 +216,7 @@ def run_gather(layout: DatasetLayout, options: Options) -> StageSummary:
                for extracted in layout.extracted_files()]
     parts = gather(sources, str(layout.results_dir), options.block_size,
                    constants.GATHER_NUM_OUTPUTS, nworker=1, nprocs=options.nworker)
+    ledger.record_all(parts)
     return StageSummary("gather", len(sources), len(parts),
                         total_bytes(s.text_path for s in sources), started)
 
@@ -192,34 +231,36 @@ def _pretraining_job(job: tuple[str, str, Options]) -> int:
         masked_lm_prob=options.masked_lm_prob, short_seq_prob=options.short_seq_prob)
 
 
-def run_tfrecords(layout: DatasetLayout, options: Options) -> StageSummary:
-    """create_pretraining_data for every part and eval.txt; a TFRecord already there (from an
-    interrupted run with the same parameters) is complete, so it is kept."""
+def run_tfrecords(layout: DatasetLayout, options: Options, ledger: OutputLedger
+                  ) -> StageSummary:
+    """create_pretraining_data for every part and eval.txt, skipping finished TFRecords."""
     started = time.time()
     ensure_dir(layout.tfrecord_dir)
     texts = sorted(layout.results_dir.glob("part-*")) + [layout.results_dir / "eval.txt"]
     targets = [layout.tfrecord_dir / ("eval_intermediate" if text.name == "eval.txt"
                                       else text.name) for text in texts]
-    jobs = [(str(text), str(target), options) for text, target in zip(texts, targets)
-            if not target.exists()]
-    if len(jobs) < len(texts):
-        logging.info("tfrecords: %d of %d files kept from an interrupted run",
-                     len(texts) - len(jobs), len(texts))
-    records = map_in_workers(_pretraining_job, jobs, options.nworker, desc="tfrecords")
+    jobs = _unfinished([(str(text), str(target), options) for text, target in
+                        zip(texts, targets)], ledger, options, "tfrecords")
+    records = map_in_workers(_Recorded(_pretraining_job, ledger), jobs, options.nworker,
+                             desc="tfrecords")
     return StageSummary("tfrecords", len(jobs), sum(records),
                         total_bytes(text for text, _, _ in jobs), started)
 
 
-def run_eval_10k(layout: DatasetLayout, options: Options) -> StageSummary:
+def run_eval_10k(layout: DatasetLayout, options: Options, ledger: OutputLedger
+                 ) -> StageSummary:
     started = time.time()
     source = layout.tfrecord_dir / "eval_intermediate"
+    target = layout.tfrecord_dir / "eval_10k"
     picked = pick_eval_samples.pick_examples(
-        str(source), str(layout.tfrecord_dir / "eval_10k"), options.num_eval_examples,
-        options.max_seq_length, options.max_predictions_per_seq)
+        str(source), str(target), options.num_eval_examples, options.max_seq_length,
+        options.max_predictions_per_seq)
+    ledger.record(target)
     return StageSummary("eval_10k", 1, picked, os.path.getsize(source), started)
 
 
-def run_manifest(layout: DatasetLayout, options: Options) -> StageSummary:
+def run_manifest(layout: DatasetLayout, options: Options, ledger: OutputLedger
+                 ) -> StageSummary:
     started = time.time()
     outputs = sorted(p for folder in (layout.text_dir, layout.results_dir, layout.tfrecord_dir)
                      for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
@@ -228,6 +269,7 @@ def run_manifest(layout: DatasetLayout, options: Options) -> StageSummary:
         for path in outputs:
             out.write(f"{path.relative_to(layout.root)}\t{path.stat().st_size}\t"
                       f"{verify.md5_file(path)}\n")
+    ledger.record(layout.manifest)
     return StageSummary("manifest", len(outputs), len(outputs),
                         total_bytes(map(str, outputs)), started)
 
@@ -237,12 +279,14 @@ _PRETRAINING_PARAMS = ("vocab_file", "do_lower_case", "max_seq_length", "max_pre
 
 STAGES = (
     Stage("extract", run_extract, ("dump", "date")),
-    Stage("clean", _per_file_stage("clean", _clean_one, None, "cleaned"), ()),
-    Stage("segment", _per_file_stage("segment", _segment_one, "cleaned", "sentences"), ()),
+    Stage("clean", _per_file_stage("clean", _clean_one, None, "cleaned"), (),
+          output_dir=lambda layout: layout.work_dir("cleaned")),
+    Stage("segment", _per_file_stage("segment", _segment_one, "cleaned", "sentences"), (),
+          output_dir=lambda layout: layout.work_dir("sentences")),
     Stage("separate", run_separate, ("num_test_articles", "seed")),
     Stage("gather", run_gather, ("block_size",)),
     Stage("tfrecords", run_tfrecords, _PRETRAINING_PARAMS,
-          resumable_dir=lambda layout: layout.tfrecord_dir),
+          output_dir=lambda layout: layout.tfrecord_dir),
     Stage("eval_10k", run_eval_10k, ("num_eval_examples",)),
     Stage("manifest", run_manifest, ()),
 )
@@ -271,34 +315,69 @@ def remove_unfinished_files(root: Path) -> None:
             leftover.unlink(missing_ok=True)
 
 
+def _markers(layout: DatasetLayout, stage: Stage) -> tuple[Path, Path]:
+    """The (finished, started) marker files of `stage`; each holds the stage's key."""
+    finished = layout.state_dir / stage.name
+    return finished, finished.with_name(stage.name + ".started")
+
+
+def _holds(marker: Path, key: str) -> bool:
+    return marker.is_file() and marker.read_text() == key
+
+
+def _forget_after(layout: DatasetLayout, index: int) -> None:
+    """Make every stage after STAGES[index] look never run (markers removed)."""
+    for stage in STAGES[index + 1:]:
+        for marker in _markers(layout, stage):
+            marker.unlink(missing_ok=True)
+
+
 def run_pipeline(output_dir: str, options: Options) -> None:
-    """Run every stage not already finished with the same parameters into `output_dir`."""
+    """Run, into `output_dir`, every stage whose outputs are not already finished and intact.
+
+    Per stage: finished with these parameters and every recorded output intact -> skipped;
+    finished but some outputs missing or changed -> those redone (later stages are redone too
+    if the redone outputs differ from what was recorded); started with these parameters but
+    killed -> resumed, keeping its finished outputs; otherwise run from scratch, with every
+    later stage.
+    """
     layout = DatasetLayout(ensure_dir(output_dir))
     ensure_dir(layout.state_dir)
     remove_unfinished_files(layout.root)
     keys = stage_keys(options)
-    markers = [layout.state_dir / stage.name for stage in STAGES]
-    first_stale = next((index for index, (stage, marker) in enumerate(zip(STAGES, markers))
-                        if not marker.is_file() or marker.read_text() != keys[stage.name]),
-                       len(STAGES))
-    for stage in STAGES[:first_stale]:
-        logging.info("%s: already done with these parameters, skipped", stage.name)
-    # Nothing after the first stale stage may look finished while it is redone.
-    for marker in markers[first_stale:]:
-        marker.unlink(missing_ok=True)
-    if first_stale < len(STAGES):
-        layout.manifest.unlink(missing_ok=True)
-    for stage, marker in zip(STAGES[first_stale:], markers[first_stale:]):
-        started_marker = marker.with_name(marker.name + ".started")
-        resuming = started_marker.is_file() and started_marker.read_text() == keys[stage.name]
-        if stage.resumable_dir is not None and not resuming:
-            shutil.rmtree(stage.resumable_dir(layout), ignore_errors=True)
-        with atomic_output(started_marker) as out:
-            out.write(keys[stage.name])
-        report(stage.run(layout, options))
-        with atomic_output(marker) as out:
-            out.write(keys[stage.name])
-        started_marker.unlink()
+    for index, stage in enumerate(STAGES):
+        key = keys[stage.name]
+        finished, started = _markers(layout, stage)
+        ledger = OutputLedger(layout.state_dir / f"{stage.name}.outputs", layout.root)
+        recorded = ledger.entries()
+        if _holds(finished, key):
+            damaged = ledger.damaged(options.verify_outputs)
+            if not damaged:
+                logging.info("%s: already done with these parameters, skipped", stage.name)
+                continue
+            logging.warning("%s: %d finished output(s) missing or changed since (first: %s); "
+                            "redoing them", stage.name, len(damaged), damaged[0])
+        elif not _holds(started, key):
+            ledger.reset()
+            if stage.output_dir is not None:
+                shutil.rmtree(stage.output_dir(layout), ignore_errors=True)
+        if not _holds(finished, key):
+            finished.unlink(missing_ok=True)
+            _forget_after(layout, index)
+            layout.manifest.unlink(missing_ok=True)
+        if stage.output_dir is None:
+            ledger.reset()
+        with atomic_output(started) as out:
+            out.write(key)
+        report(stage.run(layout, options, ledger))
+        redone = ledger.entries()
+        if any(redone.get(name, entry).md5 != entry.md5 for name, entry in recorded.items()):
+            logging.warning("%s: redone outputs differ from the recorded ones; the stages after "
+                            "it run again", stage.name)
+            _forget_after(layout, index)
+        with atomic_output(finished) as out:
+            out.write(key)
+        started.unlink()
 
 
 # ---- command line -------------------------------------------------------------------------------
@@ -326,6 +405,8 @@ flags.DEFINE_integer("random_seed", constants.PRETRAINING_RANDOM_SEED,
                      "Seed of create_pretraining_data.")
 flags.DEFINE_integer("num_eval_examples", constants.EVAL_SAMPLES, "Records in eval_10k.")
 flags.DEFINE_integer("nworker", 0, "Worker processes (0: all cores).")
+flags.DEFINE_bool("verify_outputs", False, "Hash every finished output before skipping it "
+                  "(default: hash only those whose size or mtime changed since they were made).")
 
 
 def options_from_flags() -> Options:
@@ -343,7 +424,8 @@ def options_from_flags() -> Options:
         max_predictions_per_seq=FLAGS.max_predictions_per_seq,
         masked_lm_prob=FLAGS.masked_lm_prob, short_seq_prob=FLAGS.short_seq_prob,
         dupe_factor=FLAGS.dupe_factor, random_seed=FLAGS.random_seed,
-        num_eval_examples=FLAGS.num_eval_examples, nworker=FLAGS.nworker)
+        num_eval_examples=FLAGS.num_eval_examples, nworker=FLAGS.nworker,
+        verify_outputs=FLAGS.verify_outputs)
 
 
 def main(argv: list[str]) -> None:

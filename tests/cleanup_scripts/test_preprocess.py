@@ -89,6 +89,40 @@ def test_rerun_skips_finished_stages_and_redoes_changed_ones(first_run, tmp_path
     assert manifest(output)["tfrecords/eval_10k"] != manifest(first_run)["tfrecords/eval_10k"]
 
 
+def stage_file_counts(stderr: str) -> dict[str, int]:
+    """Files each stage that ran worked on, from its summary line."""
+    return {stage: int(count) for stage, count in
+            re.findall(r"^([\w+]+): (\d+) files, ", stderr, flags=re.MULTILINE)}
+
+
+def test_rerun_redoes_only_outputs_damaged_since_they_were_finished(first_run, tmp_path):
+    output = tmp_path / "dataset"
+    shutil.copytree(first_run, output)
+    cleaned = sorted((output / "work" / "cleaned").rglob("wiki_*"))
+    cleaned[1].unlink()
+    part = output / "tfrecords" / "part-00000-of-00500"
+    part.write_bytes(part.read_bytes()[:1000])
+    repaired = preprocess(output, "--nworker=2")
+    assert stage_file_counts(repaired.stderr) == {"clean": 1, "tfrecords": 1}
+    assert "missing or changed since" in repaired.stderr
+    assert manifest(output) == manifest(first_run)
+
+
+def test_verify_outputs_hashes_files_whose_size_and_mtime_were_kept(first_run, tmp_path):
+    output = tmp_path / "dataset"
+    shutil.copytree(first_run, output)
+    part = output / "results" / "part-00000-of-00500"
+    stat = part.stat()
+    damaged = bytearray(part.read_bytes())
+    damaged[100] ^= 0x20
+    part.write_bytes(bytes(damaged))
+    os.utime(part, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert stage_file_counts(preprocess(output, "--nworker=2").stderr) == {}
+    verified = preprocess(output, "--nworker=2", "--verify_outputs")
+    assert "gather" in stage_file_counts(verified.stderr)
+    assert manifest(output) == manifest(first_run)
+
+
 def test_process_wiki_matches_reference_on_sample_files(sample_results_dir):
     # The fixture runs process_wiki and compares all eight text outputs and four results files
     # with the reference's md5s.
