@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
+import re
 from dataclasses import dataclass, fields
 from typing import Any, Callable, TextIO
 
@@ -77,7 +79,8 @@ class BertLogger:
     stream: text stream to write to as well, e.g. sys.stdout (None: none).
     clock_ms: returns the time in ms since the epoch (None: the wall clock); tests and
         replays pass their own.
-    root_dir: prefix trimmed from the `file` metadata of each record.
+    root_dir: prefix trimmed from the `file` metadata of each record (None: this repository's
+        root, so records name `reference/run_pretraining.py`, not a path on this machine).
     """
 
     def __init__(self, path: str | None = None, stream: TextIO | None = None,
@@ -93,7 +96,10 @@ class BertLogger:
         for handler in self._handlers:
             handler.setFormatter(logging.Formatter("%(message)s"))
             self._logger.addHandler(handler)
-        self._mllogger = mllog.MLLogger(logger=self._logger, root_dir=root_dir)
+        if root_dir is None:
+            root_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        # mllog trims the prefix with a regular expression.
+        self._mllogger = mllog.MLLogger(logger=self._logger, root_dir=re.escape(root_dir))
         self._clock_ms = clock_ms
 
     def _log(self, kind: str, key: str, value: Any = None,

@@ -63,3 +63,10 @@ def test_hyperparameters_are_plain_data():
 def test_run_stop_rejects_unknown_status():
     with BertLogger(stream=io.StringIO()) as log, pytest.raises(ValueError):
         log.run_stop("done")
+
+
+def test_records_name_the_calling_file_relative_to_the_repository():
+    stream = io.StringIO()
+    BertLogger(stream=stream).cache_clear()
+    record = json.loads(stream.getvalue().split(":::MLLOG ", 1)[1])
+    assert record["metadata"]["file"] == "tests/benchmark/test_mlperf_log.py"
