@@ -1,16 +1,21 @@
 """`make bench` (data pipeline): our stages against the reference scripts, side by side.
 
     python -m cleanup_scripts.bench --reference_dir=PATH/retired_benchmarks/bert/cleanup_scripts \\
-        [--text_dir=build/dataset/text] [--part=build/dataset/results/part-00000-of-00500] \\
-        [--part_copies=8] [--output=build/bench/preprocess.md]
+        [--text_dir=build/dataset/text] [--text_copies=8] [--text_only] \\
+        [--part=build/dataset/results/part-00000-of-00500] [--part_copies=8] \\
+        [--output=build/bench/preprocess.md]
 
 Both sides run as separate processes on the same inputs and flags on this machine; each is
 measured from outside (wall seconds, CPU seconds, peak RSS from wait4). Outputs are compared
 (text byte for byte, TFRecords by their decoded records) before a ratio is reported. The
 reference's scripts are not part of this project: pass the folder of a checkout of the
-MLCommons training repository. Its TF1 scripts run under `tensorflow.compat.v1`, and its
-sentence segmentation uses the installed NLTK with our vendored Punkt parameters (so it is
-NLTK 3.10's speed, not 3.4.5's). Ends with a projection for all 500 parts on larger machines.
+MLCommons training repository. The text stages run on `--text_copies` copies of the extracted
+files (as further XX/wiki_NN files), so that the cost per MB, not process start-up, dominates;
+a copy repeats words that our sentence splitter has already memoised, which makes the later
+copies somewhat cheaper for us than new text would be. The reference's TF1 scripts run under
+`tensorflow.compat.v1`, and its sentence segmentation uses the installed NLTK with our vendored
+Punkt parameters (so it is NLTK 3.10's speed, not 3.4.5's) unless `--reference_python` names
+one with NLTK 3.4.5. Ends with a projection for all 500 parts on larger machines.
 """
 from __future__ import annotations
 
@@ -86,16 +91,25 @@ def tree_digest(root: Path, names: list[str]) -> str:
     return digest.hexdigest()
 
 
-def copy_text_tree(text_dir: Path, target: Path) -> list[str]:
-    """Copy the extracted files of `text_dir` (XX/wiki_NN) to target/text; relative names."""
+def copy_text_tree(text_dir: Path, target: Path, copies: int) -> list[str]:
+    """Copy the extracted files of `text_dir` (XX/wiki_NN) `copies` times to target/text.
+
+    Copy k > 0 of folder XX is named XX-k. Returns the written names relative to target/text,
+    sorted.
+    """
     names = sorted(str(Path(p).relative_to(text_dir))
                    for p in glob.glob(str(text_dir / "*" / "wiki_??")))
     if not names:
         raise InputError(f"{text_dir}: no extracted files (XX/wiki_NN); run make preprocess")
-    for name in names:
-        (target / "text" / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(text_dir / name, target / "text" / name)
-    return names
+    written = []
+    for copy in range(copies):
+        for name in names:
+            folder, leaf = name.split(os.sep)
+            copied = Path(folder if copy == 0 else f"{folder}-{copy}") / leaf
+            (target / "text" / copied).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(text_dir / name, target / "text" / copied)
+            written.append(str(copied))
+    return sorted(written)
 
 
 def reference_nltk_data(work: Path) -> str:
@@ -106,13 +120,17 @@ def reference_nltk_data(work: Path) -> str:
 
 
 def bench_text_stages(reference_dir: Path, text_dir: Path, work: Path, num_test_articles: int,
-                      block_size: float, reference_python: str,
-                      reference_nltk: str | None) -> dict:
-    """Reference cleanup→gather chain vs our process_wiki, one worker each, then ours on 2."""
+                      block_size: float, reference_python: str, reference_nltk: str | None,
+                      copies: int) -> dict:
+    """Reference cleanup→gather chain vs our process_wiki, one worker each, then ours on 2,
+    on `copies` copies of the extracted files of `text_dir`.
+
+    Returns {"input_mb": MB of extracted text, side: (Measurement, md5 of its results/)}.
+    """
     results = {}
     for side in ("reference", "ours-1", "ours-2"):
         root = work / side
-        names = copy_text_tree(text_dir, root)
+        names = copy_text_tree(text_dir, root, copies)
         (root / "results").mkdir()
         pattern = "text/*/wiki_??"
         if side == "reference":
@@ -182,16 +200,19 @@ def project_rss_mb(sizes_mb: list[float], measurements: list[Measurement], part_
     return high.peak_rss_mb + per_mb * (part_mb - large)
 
 
+def side_row(stage: str, name: str, input_mb: float, m: Measurement) -> str:
+    """A markdown row with one side's figures."""
+    return (f"| {stage} | {name} | {input_mb:.1f} | {m.wall_s:.1f} | {m.cpu_s:.1f} | "
+            f"{input_mb / m.cpu_s:.3f} | {m.peak_rss_mb:.0f} |")
+
+
 def ratio_rows(stage: str, input_mb: float, reference: Measurement, ours: Measurement) -> list[str]:
     """Markdown rows: each side's figures and reference/ours ratios."""
-    rows = []
-    for name, m in (("reference", reference), ("ours", ours)):
-        rows.append(f"| {stage} | {name} | {input_mb:.1f} | {m.wall_s:.1f} | {m.cpu_s:.1f} | "
-                    f"{input_mb / m.cpu_s:.3f} | {m.peak_rss_mb:.0f} |")
-    rows.append(f"| {stage} | **ratio ref/ours** | | {reference.wall_s / ours.wall_s:.1f}x | "
-                f"{reference.cpu_s / ours.cpu_s:.1f}x | {reference.cpu_s / ours.cpu_s:.1f}x | "
-                f"1/{reference.peak_rss_mb / ours.peak_rss_mb:.1f} |")
-    return rows
+    return [side_row(stage, "reference", input_mb, reference),
+            side_row(stage, "ours", input_mb, ours),
+            f"| {stage} | **ratio ref/ours** | | {reference.wall_s / ours.wall_s:.1f}x | "
+            f"{reference.cpu_s / ours.cpu_s:.1f}x | {reference.cpu_s / ours.cpu_s:.1f}x | "
+            f"1/{reference.peak_rss_mb / ours.peak_rss_mb:.1f} |"]
 
 
 def projection_rows(label: str, cpu_s_per_mb: float, rss_mb: float, memory_gb: float) -> list[str]:
@@ -206,8 +227,54 @@ def projection_rows(label: str, cpu_s_per_mb: float, rss_mb: float, memory_gb: f
     return rows
 
 
+def text_report_lines(text: dict, copies: int) -> list[str]:
+    """Markdown for the text stages: identity of the outputs, the table, our 1-to-2 scaling."""
+    if text["ours-1"][1] != text["ours-2"][1]:
+        raise InputError("text stages: our results differ between 1 and 2 workers")
+    note = ("Text outputs identical on both sides." if text["ours-1"][1] ==
+            text["reference"][1] else
+            "Text outputs differ: the reference's segmentation ran under an NLTK other than "
+            "3.4.5 (pass --reference_python with NLTK 3.4.5 for identical output).")
+    one, two = text["ours-1"][0], text["ours-2"][0]
+    return [
+        f"{note} Input: {copies} copies of the extracted files, {text['input_mb']:.1f} MB.", "",
+        "| stage | side | input MB | wall s | CPU s | MB per CPU-s | peak RSS MB |",
+        "|---|---|---:|---:|---:|---:|---:|",
+        *ratio_rows("clean+segment+separate+gather", text["input_mb"], text["reference"][0],
+                    one),
+        side_row("clean+segment+separate+gather", "ours, 2 workers", text["input_mb"], two), "",
+        f"Scaling of our text stages from 1 to 2 workers: {one.wall_s / two.wall_s:.2f}x wall "
+        f"(the reference and ours above: 1 worker each).", ""]
+
+
+def pretraining_report_lines(pre: dict, memory_gb_per_core: float) -> list[str]:
+    """Markdown for create_pretraining_data: the table and the projection for all parts."""
+    if pre["ours"][1] != pre["reference"][1]:
+        raise InputError("create_pretraining_data: our records differ from the reference's")
+    ref_pre, ours_pre = pre["reference"][0][-1], pre["ours"][0][-1]
+    large_mb = pre["sizes_mb"][-1]
+    lines = [
+        "TFRecords identical record for record.", "",
+        "| stage | side | input MB | wall s | CPU s | MB per CPU-s | peak RSS MB |",
+        "|---|---|---:|---:|---:|---:|---:|",
+        *ratio_rows("create_pretraining_data", large_mb, ref_pre, ours_pre), "",
+        f"## Projection: create_pretraining_data for {OFFICIAL_PARTS} parts of "
+        f"{OFFICIAL_PART_MB:.0f} MB", "",
+        "From the measured CPU seconds per MB, one part per core while memory allows; a "
+        "part's peak RSS is the fixed plus per-MB cost fitted to runs on "
+        f"{pre['sizes_mb'][0]:.1f} and {large_mb:.1f} MB.", "",
+        "| side | cores | GB per core | parts at once | hours |", "|---|---:|---:|---:|---:|",
+    ]
+    for label in ("reference", "ours"):
+        measured = pre[label][0]
+        part_rss = project_rss_mb(pre["sizes_mb"], measured, OFFICIAL_PART_MB)
+        lines += projection_rows(f"{label} ({part_rss / 1024:.1f} GB per part)",
+                                 measured[-1].cpu_s / large_mb, part_rss, memory_gb_per_core)
+    return lines
+
+
 def main(argv: list[str] | None = None) -> None:
-    """CLI: run both benches and write the markdown report."""
+    """CLI: run the benches (the text stages only with --text_only); write the markdown report."""
     parser = argparse.ArgumentParser(description="Data pipeline bench, ours vs the reference.")
     parser.add_argument("--reference_dir", required=True,
                         help="The reference's cleanup_scripts folder (from mlcommons/training).")
@@ -218,6 +285,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="NLTK_DATA for the reference (default: our Punkt tables in "
                              "punkt_tab form, which NLTK 3.10 reads).")
     parser.add_argument("--text_dir", default="build/dataset/text", help="Extracted text.")
+    parser.add_argument("--text_copies", type=int, default=8,
+                        help="Copies of --text_dir's files that the text stages run on.")
+    parser.add_argument("--text_only", action="store_true",
+                        help="Bench the text stages only (no create_pretraining_data).")
     parser.add_argument("--part", default="build/dataset/results/part-00000-of-00500",
                         help="A text part for create_pretraining_data.")
     parser.add_argument("--part_copies", type=int, default=8,
@@ -233,49 +304,24 @@ def main(argv: list[str] | None = None) -> None:
         raise InputError(f"{reference_dir}: no create_pretraining_data.py (the reference's "
                          "cleanup_scripts folder is needed)")
     part = Path(args.part)
-    if not part.is_file():
+    if not args.text_only and not part.is_file():
         raise InputError(f"{part}: no such text part; run make preprocess first")
+    if args.text_copies < 1:
+        raise InputError(f"--text_copies={args.text_copies}: must be at least 1")
     with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
         work = Path(scratch)
         text = bench_text_stages(reference_dir, Path(args.text_dir), work / "text",
                                  args.num_test_articles, args.block_size,
-                                 args.reference_python, args.reference_nltk_data)
-        pre = bench_pretraining(reference_dir, part, args.part_copies, work)
-    if text["ours-1"][1] != text["ours-2"][1]:
-        raise InputError("text stages: our results differ between 1 and 2 workers")
-    text_note = ("Text outputs identical on both sides." if text["ours-1"][1] ==
-                 text["reference"][1] else
-                 "Text outputs differ: the reference's segmentation ran under an NLTK other than "
-                 "3.4.5 (pass --reference_python with NLTK 3.4.5 for identical output).")
-    if pre["ours"][1] != pre["reference"][1]:
-        raise InputError("create_pretraining_data: our records differ from the reference's")
-    ref_pre, ours_pre = pre["reference"][0][-1], pre["ours"][0][-1]
-    large_mb = pre["sizes_mb"][-1]
+                                 args.reference_python, args.reference_nltk_data,
+                                 args.text_copies)
+        pre = None if args.text_only else bench_pretraining(reference_dir, part,
+                                                             args.part_copies, work)
     lines = [
         f"# Data pipeline bench, {datetime.date.today()} on {platform.node()} "
         f"({os.cpu_count()} cores, Python {platform.python_version()})", "",
-        f"{text_note} TFRecords identical record for record.", "",
-        "| stage | side | input MB | wall s | CPU s | MB per CPU-s | peak RSS MB |",
-        "|---|---|---:|---:|---:|---:|---:|",
-        *ratio_rows("clean+segment+separate+gather", text["input_mb"], text["reference"][0],
-                    text["ours-1"][0]),
-        *ratio_rows("create_pretraining_data", large_mb, ref_pre, ours_pre), "",
-        f"Scaling of our text stages: 1 worker {text['ours-1'][0].wall_s:.1f} s, "
-        f"2 workers {text['ours-2'][0].wall_s:.1f} s "
-        f"({text['ours-1'][0].wall_s / text['ours-2'][0].wall_s:.2f}x).", "",
-        f"## Projection: create_pretraining_data for {OFFICIAL_PARTS} parts of "
-        f"{OFFICIAL_PART_MB:.0f} MB", "",
-        "From the measured CPU seconds per MB, one part per core while memory allows; a "
-        "part's peak RSS is the fixed plus per-MB cost fitted to runs on "
-        f"{pre['sizes_mb'][0]:.1f} and {large_mb:.1f} MB.", "",
-        "| side | cores | GB per core | parts at once | hours |", "|---|---:|---:|---:|---:|",
-    ]
-    for label in ("reference", "ours"):
-        measured = pre[label][0]
-        part_rss = project_rss_mb(pre["sizes_mb"], measured, OFFICIAL_PART_MB)
-        lines += projection_rows(f"{label} ({part_rss / 1024:.1f} GB per part)",
-                                 measured[-1].cpu_s / large_mb, part_rss,
-                                 args.memory_gb_per_core)
+        *text_report_lines(text, args.text_copies)]
+    if pre is not None:
+        lines += pretraining_report_lines(pre, args.memory_gb_per_core)
     report = "\n".join(lines) + "\n"
     ensure_dir(Path(args.output).parent)
     with atomic_output(args.output) as out:

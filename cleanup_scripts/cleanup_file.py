@@ -13,29 +13,33 @@ from __future__ import annotations
 
 import argparse
 import io
-from typing import Iterable, Iterator
+from typing import Sequence
 
 from cleanup_scripts.fileio import InputError, atomic_output
 from cleanup_scripts.runner import exit_on_input_error, run_suffix_stage
 
 
-def strip_doc_markup(lines: Iterable[str]) -> Iterator[str]:
-    """Yield the lines of an extracted file without `<doc>` headers, titles and `</doc>` lines.
+def _without_blank_and_footer_lines(lines: Sequence[str]) -> list[str]:
+    """`lines` less those of length 1 (a bare newline) and those containing `</doc>`."""
+    return [line for line in lines if len(line) != 1 and "</doc>" not in line]
 
-    `lines` are newline-terminated text lines; each `<doc ...>` line becomes one "\\n".
+
+def strip_doc_markup(lines: Sequence[str]) -> list[str]:
+    """The lines of an extracted file without `<doc>` headers, titles and `</doc>` lines.
+
+    `lines` are newline-terminated text lines; each `<doc ...>` line becomes one "\\n" and the
+    line after it (the title) is dropped, whatever it holds.
     """
-    skip_title = False
-    for line in lines:
-        if skip_title:
-            skip_title = False
-            continue
-        if "<doc" in line:
-            skip_title = True
-            yield "\n"
-        elif "</doc>" in line or len(line) == 1:
-            continue
-        else:
-            yield line
+    kept: list[str] = []
+    position = 0
+    for header in [index for index, line in enumerate(lines) if "<doc" in line]:
+        if header < position:
+            continue  # a title line that holds "<doc": dropped as a title
+        kept += _without_blank_and_footer_lines(lines[position:header])
+        kept.append("\n")
+        position = header + 2
+    kept += _without_blank_and_footer_lines(lines[position:])
+    return kept
 
 
 def read_text_lines(path: str) -> list[str]:
@@ -51,7 +55,7 @@ def read_text_lines(path: str) -> list[str]:
 
 def cleanup_one_file(input_path: str, output_path: str) -> int:
     """Write `output_path`: `input_path` without doc markup and titles. Returns lines written."""
-    kept = list(strip_doc_markup(read_text_lines(input_path)))
+    kept = strip_doc_markup(read_text_lines(input_path))
     with atomic_output(output_path) as out:
         out.writelines(kept)
     return len(kept)

@@ -12,7 +12,7 @@ dropped, universal newlines) and, if it ends in two newlines, loses one.
 from __future__ import annotations
 
 import argparse
-import io
+import codecs
 import os
 import time
 from dataclasses import dataclass
@@ -61,24 +61,32 @@ def part_name(count: int, worker_id: int, num_outputs: int) -> str:
     return f"part-{str(count + 1000 * worker_id).zfill(5)}-of-{str(num_outputs).zfill(5)}"
 
 
-def gathered_text(path: str) -> str:
-    """The text of one input as the gather copies it (one of two final newlines dropped)."""
+def gathered_bytes(path: str) -> bytes:
+    """One input as the gather copies it, UTF-8 encoded.
+
+    The reference reads it as UTF-8 text with a BOM dropped and universal newlines ("\\r\\n" and
+    a lone "\\r" become "\\n"), and drops one of two final newlines; the same is done here on
+    the bytes, after checking that they are UTF-8.
+    """
     try:
-        with io.open(path, "r", encoding="utf-8-sig") as handle:
-            content = handle.read()
+        with open(path, "rb") as handle:
+            data = handle.read()
+        data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise InputError(f"{path}: cannot read as UTF-8 text ({err})") from err
-    if len(content) >= 2 and content[-1] == content[-2] == "\n":
-        content = content[:-1]
-    return content
+    if data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8):]
+    if b"\r" in data:
+        data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    return data[:-1] if data.endswith(b"\n\n") else data
 
 
 def write_part(job: tuple[str, list[str]]) -> int:
     """Write one part from its text inputs; returns the number of inputs copied."""
     out_path, text_paths = job
-    with atomic_output(out_path) as out:
+    with atomic_output(out_path, "wb") as out:
         for text_path in text_paths:
-            out.write(gathered_text(text_path))
+            out.write(gathered_bytes(text_path))
     return len(text_paths)
 
 

@@ -17,33 +17,45 @@ from __future__ import annotations
 
 import argparse
 import io
-from typing import Iterable, Iterator
+from typing import Iterable
 
 from cleanup_scripts.fileio import InputError, atomic_output
 from cleanup_scripts.runner import exit_on_input_error, run_suffix_stage
-from cleanup_scripts.sentence_splitter import get_tokenizer, split_sentences
+from cleanup_scripts.sentence_splitter import get_splitter
 
 
-def segment_lines(lines: Iterable[str]) -> Iterator[tuple[str, bool]]:
-    """Yield the output lines for `lines` of one file, each with whether it is a sentence.
+# Lines read and segmented at a time (a size hint in characters; bounds a worker's memory).
+_CHUNK_CHARS = 1 << 22
+
+
+def segment_lines(lines: Iterable[str]) -> tuple[str, int]:
+    """The output text for `lines` of one file, and how many sentence lines it holds.
 
     `lines` are text lines as a file iterates them (newline-terminated, except perhaps the
-    last). Every yielded line ends with "\\n"; the closing empty line of the file is included.
+    last). Per line: "\\n" first if the line is a single character, then each sentence,
+    stripped, on a line of its own. The file's closing empty line is not included.
     """
+    split = get_splitter().split
+    pieces = []
+    sentences = 0
     for line in lines:
         if len(line) == 1:
-            yield "\n", False
-        for sentence in split_sentences(line):
-            yield sentence.strip() + "\n", True
-    yield "\n", False
+            pieces.append("\n")
+        found = split(line)
+        if found:
+            sentences += len(found)
+            pieces.append("\n".join([sentence.strip() for sentence in found]))
+            pieces.append("\n")
+    return "".join(pieces), sentences
 
 
 def segment_file(input_path: str, output_path: str) -> int:
     """Segment `input_path` into sentences, writing `output_path` atomically.
 
-    Returns the number of sentence lines written (blank separator lines not counted). Raises
-    InputError if the input cannot be read or is not UTF-8, or the output cannot be written;
-    then no file is left under `output_path`.
+    Reads UTF-8 with universal newlines, `_CHUNK_CHARS` at a time. Returns the number of
+    sentence lines written (blank separator lines not counted). Raises InputError if the input
+    cannot be read or is not UTF-8, or the output cannot be written; then no file is left
+    under `output_path`.
     """
     try:
         source = io.open(input_path, "r", encoding="utf-8")
@@ -52,12 +64,14 @@ def segment_file(input_path: str, output_path: str) -> int:
     sentences = 0
     with source, atomic_output(output_path) as out:
         try:
-            for text, is_sentence in segment_lines(source):
+            while lines := source.readlines(_CHUNK_CHARS):
+                text, count = segment_lines(lines)
                 out.write(text)
-                sentences += is_sentence
+                sentences += count
         except UnicodeDecodeError as err:
             raise InputError(f"{input_path}: not UTF-8 text (byte {err.start}: {err.reason})"
                              ) from err
+        out.write("\n")
     return sentences
 
 
@@ -75,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output_suffix", default=".3", help="Suffix of the files written.")
     parser.add_argument("--nworker", type=int, default=0, help="Worker processes (0: all cores).")
     args = parser.parse_args(argv)
-    get_tokenizer()  # check the model files once, before any worker starts
+    get_splitter()  # check the model files once, before any worker starts
     run_suffix_stage("do_sentence_segmentation", _process, args.data, args.input_suffix,
                      args.output_suffix, args.nworker)
 

@@ -15,22 +15,35 @@ import os
 import time
 
 from benchmark import constants
-from cleanup_scripts.clean import clean_file
-from cleanup_scripts.cleanup_file import cleanup_one_file
+from cleanup_scripts.clean import clean_bytes
+from cleanup_scripts.cleanup_file import read_text_lines, strip_doc_markup
 from cleanup_scripts.do_gather import GatherSource, gather
 from cleanup_scripts.do_sentence_segmentation import segment_file
-from cleanup_scripts.fileio import ensure_dir, expand_inputs
+from cleanup_scripts.fileio import atomic_output, ensure_dir, expand_inputs
 from cleanup_scripts.runner import (StageSummary, exit_on_input_error, map_in_workers, report,
-                                    total_bytes)
+                                    shared_workers, total_bytes)
+from cleanup_scripts.sentence_splitter import get_splitter
 from cleanup_scripts.seperate_test_set import separate_files
 
 
+def _write_bytes(path: str, data: bytes) -> None:
+    """Write `data` to `path` atomically."""
+    with atomic_output(path, "wb") as out:
+        out.write(data)
+
+
 def _cleanup_and_clean(path: str) -> int:
-    cleanup_one_file(path, path + ".1")
-    return clean_file(path + ".1", path + ".2")
+    """Write F.1 (cleanup_file) and F.2 (clean) for the extracted file F = `path`; the second
+    stage works on the first one's bytes in memory. Returns the lines of F.2."""
+    stripped = "".join(strip_doc_markup(read_text_lines(path))).encode("utf-8")
+    _write_bytes(path + ".1", stripped)
+    cleaned = clean_bytes(stripped)
+    _write_bytes(path + ".2", cleaned)
+    return cleaned.count(b"\n")
 
 
 def _segment(path: str) -> int:
+    """Write F.3 (sentence segmentation) from F.2; returns its sentences."""
     return segment_file(path + ".2", path + ".3")
 
 
@@ -38,28 +51,32 @@ def process_wiki(pattern: str, results_dir: str, num_test_articles: int, seed: i
                  block_size_mb: float, nworker: int) -> list[str]:
     """Run cleanup, clean, segmentation, separation and gather on the files matching `pattern`.
 
-    Returns the part paths written under `results_dir`.
+    Every stage runs in the same `nworker` processes (0: all cores), one file or part at a
+    time. Returns the part paths written under `results_dir`.
     """
     inputs = expand_inputs(pattern)
-    started = time.time()
-    lines = map_in_workers(_cleanup_and_clean, inputs, nworker, desc="clean")
-    report(StageSummary("cleanup_file+clean", len(inputs), sum(lines), total_bytes(inputs),
-                        started))
-    started = time.time()
-    sentences = map_in_workers(_segment, inputs, nworker, desc="segment")
-    report(StageSummary("do_sentence_segmentation", len(inputs), sum(sentences),
-                        total_bytes(path + ".2" for path in inputs), started))
-    ensure_dir(results_dir)
-    started = time.time()
-    held_out = separate_files([(path + ".3", path + ".4") for path in inputs], num_test_articles,
-                              seed, os.path.join(results_dir, "eval"), nworker)
-    report(StageSummary("seperate_test_set", len(inputs), held_out,
-                        total_bytes(path + ".3" for path in inputs), started))
-    started = time.time()
-    parts = gather([GatherSource(path, path + ".4") for path in inputs], results_dir,
-                   block_size_mb, constants.GATHER_NUM_OUTPUTS, nworker=1, nprocs=nworker)
-    report(StageSummary("do_gather", len(inputs), len(parts),
-                        total_bytes(path + ".4" for path in inputs), started))
+    get_splitter()  # check the Punkt model before any work; the workers inherit it
+    with shared_workers(nworker):
+        started = time.time()
+        lines = map_in_workers(_cleanup_and_clean, inputs, nworker, desc="clean")
+        report(StageSummary("cleanup_file+clean", len(inputs), sum(lines), total_bytes(inputs),
+                            started))
+        started = time.time()
+        sentences = map_in_workers(_segment, inputs, nworker, desc="segment")
+        report(StageSummary("do_sentence_segmentation", len(inputs), sum(sentences),
+                            total_bytes(path + ".2" for path in inputs), started))
+        ensure_dir(results_dir)
+        started = time.time()
+        held_out = separate_files([(path + ".3", path + ".4") for path in inputs],
+                                  num_test_articles, seed, os.path.join(results_dir, "eval"),
+                                  nworker)
+        report(StageSummary("seperate_test_set", len(inputs), held_out,
+                            total_bytes(path + ".3" for path in inputs), started))
+        started = time.time()
+        parts = gather([GatherSource(path, path + ".4") for path in inputs], results_dir,
+                       block_size_mb, constants.GATHER_NUM_OUTPUTS, nworker=1, nprocs=nworker)
+        report(StageSummary("do_gather", len(inputs), len(parts),
+                            total_bytes(path + ".4" for path in inputs), started))
     return parts
 
 

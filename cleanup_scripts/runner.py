@@ -1,13 +1,15 @@
 """Running a stage over many files: worker pools, progress bars, summary lines, CLI errors."""
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+import multiprocessing.pool
 import os
 import resource
 import sys
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence, TypeVar
+from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 
 from absl import logging
 from tqdm import tqdm
@@ -23,13 +25,41 @@ def worker_count(requested: int) -> int:
     return requested if requested > 0 else (os.cpu_count() or 1)
 
 
+class _SharedPool:
+    """The pool that `shared_workers` keeps open, with its size (None when there is none)."""
+
+    pool: multiprocessing.pool.Pool | None = None
+    size = 0
+
+
+@contextlib.contextmanager
+def shared_workers(nworker: int) -> Iterator[None]:
+    """Within the block, `map_in_workers` calls asking for `nworker` workers (0: all cores) use
+    one pool of that many processes, forked here, instead of starting a pool each.
+
+    State that the block's work needs in every worker (a loaded model) is best set up before.
+    """
+    size = worker_count(nworker)
+    if size == 1 or _SharedPool.pool is not None:
+        yield
+        return
+    with multiprocessing.get_context("fork").Pool(size) as pool:
+        _SharedPool.pool, _SharedPool.size = pool, size
+        try:
+            yield
+        finally:
+            _SharedPool.pool, _SharedPool.size = None, 0
+
+
 def map_in_workers(function: Callable[[Item], Result], items: Sequence[Item], nworker: int,
                    desc: str) -> list[Result]:
     """Apply `function` to each item in up to `nworker` processes, in order, with a progress bar.
 
     `function` must be picklable (a module-level function). Returns results in item order.
+    Inside `shared_workers(nworker)` the shared pool does the work.
     """
-    nworker = min(worker_count(nworker), max(1, len(items)))
+    wanted = worker_count(nworker)
+    nworker = min(wanted, max(1, len(items)))
     bar = tqdm(total=len(items), desc=desc, unit="file", disable=None, leave=False)
     try:
         if nworker == 1:
@@ -38,14 +68,22 @@ def map_in_workers(function: Callable[[Item], Result], items: Sequence[Item], nw
                 results.append(function(item))
                 bar.update()
             return results
+        if _SharedPool.pool is not None and _SharedPool.size == wanted:
+            return _collect(_SharedPool.pool, function, items, bar)
         with multiprocessing.get_context("fork").Pool(nworker) as pool:
-            results = []
-            for result in pool.imap(function, items):
-                results.append(result)
-                bar.update()
-            return results
+            return _collect(pool, function, items, bar)
     finally:
         bar.close()
+
+
+def _collect(pool: multiprocessing.pool.Pool, function: Callable[[Item], Result],
+             items: Sequence[Item], bar: tqdm) -> list[Result]:
+    """`function` over `items` in `pool`, results in item order, advancing `bar` per item."""
+    results = []
+    for result in pool.imap(function, items):
+        results.append(result)
+        bar.update()
+    return results
 
 
 def peak_rss_mb() -> float:

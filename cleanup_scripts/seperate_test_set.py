@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import io
 import os
 import random
 import time
@@ -59,26 +58,38 @@ class SeparationJob:
     seed: int
 
 
+def read_utf8(path: str) -> bytes:
+    """The bytes of `path`, checked to be UTF-8; InputError if unreadable or not UTF-8."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+        data.decode("utf-8")
+    except OSError as err:
+        raise InputError(f"{path}: cannot read ({err.strerror})") from err
+    except UnicodeDecodeError as err:
+        raise InputError(f"{path}: not UTF-8 text (byte {err.start}: {err.reason})") from err
+    return data
+
+
 def separate_file(job: SeparationJob) -> list[str]:
     """Write the training articles of `job.input_path` to `job.output_path`.
 
-    Returns the held-out articles in file order. Raises InputError when the file has fewer
-    articles than it must give (where the reference would loop forever).
+    Articles are split on "\\n\\n" in the file's bytes (the same split as in its text, which
+    the reference reads without newline translation). Returns the held-out articles in file
+    order. Raises InputError when the file has fewer articles than it must give (where the
+    reference would loop forever).
     """
-    with io.open(job.input_path, "r", encoding="utf-8", newline="\n") as handle:
-        articles = handle.read().split("\n\n")
+    articles = read_utf8(job.input_path).split(b"\n\n")
     num_tests = test_article_count(job.file_index, job.num_files, job.num_test_articles)
     try:
         test_ids = set(pick_test_ids(
             len(articles), num_tests, job.seed + job.file_index * constants.SEPARATION_SEED_STRIDE))
     except ValueError as err:
         raise InputError(f"{job.input_path}: {err}; lower --num_test_articles") from err
-    with atomic_output(job.output_path, newline="\n") as out:
-        for index, article in enumerate(articles):
-            if index not in test_ids:
-                out.write(article)
-                out.write("\n\n")
-    return [article for index, article in enumerate(articles) if index in test_ids]
+    with atomic_output(job.output_path, "wb") as out:
+        out.write(b"".join([article + b"\n\n" for index, article in enumerate(articles)
+                            if index not in test_ids]))
+    return [articles[index].decode("utf-8") for index in sorted(test_ids)]
 
 
 def write_test_set(test_articles: list[str], test_output: str) -> None:

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import hashlib
+import random
 import shutil
 from pathlib import Path
 
+from cleanup_scripts import clean
 from cleanup_scripts.clean import clean_bytes, clean_line
 from cleanup_scripts.cleanup_file import strip_doc_markup
 from tests.conftest import md5_of, read_md5_manifest, run_module
@@ -34,6 +36,42 @@ def test_clean_matches_reference_sed_chain_on_adversarial_and_fuzzed_lines(fixtu
     assert hashlib.md5(fuzzed).hexdigest() == expected["fuzz.expected"]
 
 
+def _every_rule_on_every_line(data: bytes) -> bytes:
+    """The clean.sh chain without shortcuts: each line through both filters and all rules."""
+    kept = []
+    lines = data.split(b"\n")
+    for line in lines[:-1] if lines[-1] == b"" else lines:
+        if any(pattern.search(line) for _, pattern in clean._DROPPED_LINES):
+            continue
+        for _, pattern, replacement in clean._COMPILED:
+            line = pattern.sub(replacement, line)
+        kept.append(line + b"\n")
+    return b"".join(kept)
+
+
+def test_triggers_skip_only_rules_that_cannot_match(fixtures_dir):
+    folder = fixtures_dir / "clean"
+    for name in ("adversarial.txt", "fuzz.txt"):
+        data = (folder / name).read_bytes()
+        assert clean_bytes(data) == _every_rule_on_every_line(data), name
+    rng = random.Random(69)
+    pieces = [b"<", b"[", b"]", b"|", b"alt=", b"ref", b">", b"</", b"/>", b"\n", b"x", b"{",
+              b"}", b"graph", b"div", b"[[", b"]]", b"<doc ", b"Category:", b"\\", b"br",
+              b"<ref>", b"</ref>", b"File:", b"mapframe ", b"poem ", b"\r"]
+    for _ in range(3000):
+        data = b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 40)))
+        assert clean_bytes(data) == _every_rule_on_every_line(data), data
+
+
+def test_every_match_of_a_rule_starts_with_its_trigger(fixtures_dir):
+    lines = b"".join((fixtures_dir / "clean" / name).read_bytes()
+                     for name in ("adversarial.txt", "fuzz.txt")).split(b"\n")
+    for trigger, pattern, _ in clean._COMPILED:
+        starts = [line.startswith(trigger, match.start())
+                  for line in lines for match in pattern.finditer(line)]
+        assert starts and all(starts), trigger
+
+
 def test_clean_rules_individually():
     assert clean_line(b"see [[Paris|the city]] and [[Rome]]") == b"see the city and Rome"
     assert clean_line(b"[[Category:Cities]]") is None
@@ -53,7 +91,30 @@ def test_clean_ends_every_line_with_newline_like_grep():
 
 def test_strip_doc_markup_drops_header_title_footer_and_bare_newlines():
     lines = ['<doc id="1" url="u" title="T">\n', "T\n", "\n", "Body.\n", "</doc>\n", "x\n"]
-    assert list(strip_doc_markup(lines)) == ["\n", "Body.\n", "x\n"]
+    assert strip_doc_markup(lines) == ["\n", "Body.\n", "x\n"]
+
+
+def _line_by_line(lines: list[str]) -> list[str]:
+    """The reference cleanup_file's loop, restated: the oracle of the test below."""
+    kept, skip_title = [], False
+    for line in lines:
+        if skip_title:
+            skip_title = False
+        elif "<doc" in line:
+            skip_title = True
+            kept.append("\n")
+        elif "</doc>" not in line and len(line) != 1:
+            kept.append(line)
+    return kept
+
+
+def test_strip_doc_markup_equals_the_line_by_line_rule():
+    rng = random.Random(3)
+    choices = ['<doc id="1">\n', "Title\n", "\n", "Body.\n", "</doc>\n", "a<doc b</doc>\n",
+               "y", "zz", " \n", "<doc\n"]
+    for _ in range(5000):
+        lines = [rng.choice(choices) for _ in range(rng.randint(0, 12))]
+        assert strip_doc_markup(lines) == _line_by_line(lines), lines
 
 
 def test_cleanup_file_rejects_non_utf8_without_leaving_output(tmp_path):

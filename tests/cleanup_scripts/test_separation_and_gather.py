@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from cleanup_scripts.do_gather import plan_parts, worker_splits
+from cleanup_scripts.do_gather import gathered_bytes, plan_parts, worker_splits
 from cleanup_scripts import seperate_test_set as separation
+from cleanup_scripts.fileio import InputError
 from tests.conftest import md5_of, run_module
 from tests.corpus import build_text_tree
 
@@ -85,3 +86,26 @@ def test_plan_parts_closes_a_part_before_it_would_pass_the_block_size():
 def test_worker_splits_follow_the_reference_partition():
     assert [list(r) for r in worker_splits(7, 3)] == [[0, 1, 2], [3, 4, 5], [6]]
     assert [list(r) for r in worker_splits(2, 3)] == [[0], [1], []]
+
+
+@pytest.mark.parametrize("content", [
+    b"\xef\xbb\xbfa\n\n", b"a\r\nb\r\r\n\n", b"x\r", b"x\r\r", b"\n\n", b"\n", b"",
+    "caf\u00e9\n\n\n".encode(), "a\ufeff\n\u2028\n\n".encode()])
+def test_gathered_bytes_are_the_text_the_reference_reads(tmp_path, content):
+    path = tmp_path / "wiki_00.4"
+    path.write_bytes(content)
+    with open(path, encoding="utf-8-sig") as handle:
+        text = handle.read()
+    if len(text) >= 2 and text[-1] == text[-2] == "\n":
+        text = text[:-1]
+    assert gathered_bytes(str(path)) == text.encode("utf-8")
+
+
+def test_non_utf8_inputs_are_input_errors(tmp_path):
+    bad = tmp_path / "wiki_00.4"
+    bad.write_bytes(b"caf\xe9\n\n")
+    with pytest.raises(InputError, match="UTF-8"):
+        gathered_bytes(str(bad))
+    job = separation.SeparationJob(str(bad), str(tmp_path / "out"), 0, 1, 0, 1)
+    with pytest.raises(InputError, match="not UTF-8"):
+        separation.separate_file(job)

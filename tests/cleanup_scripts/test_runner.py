@@ -1,0 +1,27 @@
+"""Worker pools of the pipeline stages: one pool per call, or one shared by a whole run."""
+from __future__ import annotations
+
+import os
+import time
+
+from cleanup_scripts.runner import map_in_workers, shared_workers
+
+
+def _worker_pid(item: int) -> tuple[int, int]:
+    time.sleep(0.002)
+    return item, os.getpid()
+
+
+def test_results_come_back_in_item_order_from_any_worker_count():
+    for nworker in (1, 2, 3):
+        results = map_in_workers(_worker_pid, list(range(20)), nworker, desc="test")
+        assert [item for item, _ in results] == list(range(20))
+
+
+def test_calls_inside_shared_workers_reuse_one_pool():
+    with shared_workers(2):
+        first = {pid for _, pid in map_in_workers(_worker_pid, list(range(40)), 2, desc="a")}
+        second = {pid for _, pid in map_in_workers(_worker_pid, list(range(40)), 2, desc="b")}
+    assert len(first | second) <= 2 and os.getpid() not in first | second
+    separate = {pid for _, pid in map_in_workers(_worker_pid, list(range(40)), 2, desc="c")}
+    assert not separate & (first | second)
