@@ -125,7 +125,8 @@ def bench_text_stages(reference_dir: Path, text_dir: Path, work: Path, num_test_
     """Reference cleanup→gather chain vs our process_wiki, one worker each, then ours on 2,
     on `copies` copies of the extracted files of `text_dir`.
 
-    Returns {"input_mb": MB of extracted text, side: (Measurement, md5 of its results/)}.
+    Returns {"input_mb": MB of extracted text, "parts_mb": MB of training parts made from it,
+    side: (Measurement, md5 of its results/)}.
     """
     results = {}
     for side in ("reference", "ours-1", "ours-2"):
@@ -156,7 +157,8 @@ def bench_text_stages(reference_dir: Path, text_dir: Path, work: Path, num_test_
         outputs = sorted(p.name for p in (root / "results").iterdir())
         results[side] = (measured, tree_digest(root / "results", outputs))
     input_mb = sum(p.stat().st_size for p in (work / "ours-1" / "text").rglob("wiki_??")) / 1e6
-    return {"input_mb": input_mb, **results}
+    parts_mb = sum(p.stat().st_size for p in (work / "ours-1" / "results").glob("part-*")) / 1e6
+    return {"input_mb": input_mb, "parts_mb": parts_mb, **results}
 
 
 def bench_pretraining(reference_dir: Path, part: Path, copies: int, work: Path) -> dict:
@@ -215,16 +217,50 @@ def ratio_rows(stage: str, input_mb: float, reference: Measurement, ours: Measur
             f"1/{reference.peak_rss_mb / ours.peak_rss_mb:.1f} |"]
 
 
-def projection_rows(label: str, cpu_s_per_mb: float, rss_mb: float, memory_gb: float) -> list[str]:
-    """Projected wall time for 500 parts of 27 MB: one part per core, limited by memory
-    (`memory_gb` per core, `rss_mb` per running part)."""
+def projection_rows(label: str, text_cpu_s_per_mb: float, extracted_mb: float,
+                    part_cpu_s_per_mb: float, part_rss_mb: float, memory_gb: float
+                    ) -> list[str]:
+    """Projected wall hours for the official dataset on each of PROJECTION_CORES cores.
+
+    Text stages: `extracted_mb` of extracted text at `text_cpu_s_per_mb`, spread over every core.
+    create_pretraining_data: OFFICIAL_PARTS parts of OFFICIAL_PART_MB at `part_cpu_s_per_mb`,
+    one part per core while memory allows (`memory_gb` per core, `part_rss_mb` per part).
+    """
     rows = []
     for cores in PROJECTION_CORES:
-        parallel = max(1, min(cores, int(memory_gb * cores * 1024 // max(rss_mb, 1.0))))
+        text_hours = extracted_mb * text_cpu_s_per_mb / cores / 3600
+        parallel = max(1, min(cores, int(memory_gb * cores * 1024 // max(part_rss_mb, 1.0))))
         waves = -(-OFFICIAL_PARTS // parallel)
-        hours = waves * OFFICIAL_PART_MB * cpu_s_per_mb / 3600
-        rows.append(f"| {label} | {cores} | {memory_gb:.0f} | {parallel} | {hours:.2f} |")
+        part_hours = waves * OFFICIAL_PART_MB * part_cpu_s_per_mb / 3600
+        rows.append(f"| {label} | {cores} | {text_hours:.2f} | {parallel} | "
+                    f"{parallel * part_rss_mb / 1024:.0f} | {part_hours:.2f} | "
+                    f"{text_hours + part_hours:.2f} |")
     return rows
+
+
+def projection_lines(text: dict, pre: dict, memory_gb_per_core: float) -> list[str]:
+    """Markdown: the whole dataset (text stages, then create_pretraining_data for every part)
+    projected from the measured CPU seconds per MB and peak RSS of both sides."""
+    extracted_mb = OFFICIAL_PARTS * OFFICIAL_PART_MB * text["input_mb"] / text["parts_mb"]
+    large_mb = pre["sizes_mb"][-1]
+    lines = [
+        f"## Projection: all {OFFICIAL_PARTS} parts of {OFFICIAL_PART_MB:.0f} MB", "",
+        f"Text stages on {extracted_mb / 1000:.1f} GB of extracted text (the measured ratio of "
+        "extracted text to parts), spread over all cores; then create_pretraining_data one part "
+        f"per core while {memory_gb_per_core:.0f} GB per core allows, a part's peak RSS being "
+        "the fixed plus per-MB cost fitted to runs on "
+        f"{pre['sizes_mb'][0]:.1f} and {large_mb:.1f} MB. Extraction (WikiExtractor) is not "
+        "included.", "",
+        "| side | cores | text stages h | parts at once | their memory GB | "
+        "create_pretraining_data h | total h |",
+        "|---|---:|---:|---:|---:|---:|---:|"]
+    for label, text_side in (("reference", "reference"), ("ours", "ours-1")):
+        measured = pre[label][0]
+        part_rss = project_rss_mb(pre["sizes_mb"], measured, OFFICIAL_PART_MB)
+        lines += projection_rows(f"{label} ({part_rss / 1024:.2f} GB per part)",
+                                 text[text_side][0].cpu_s / text["input_mb"], extracted_mb,
+                                 measured[-1].cpu_s / large_mb, part_rss, memory_gb_per_core)
+    return lines
 
 
 def text_report_lines(text: dict, copies: int) -> list[str]:
@@ -247,30 +283,17 @@ def text_report_lines(text: dict, copies: int) -> list[str]:
         f"(the reference and ours above: 1 worker each).", ""]
 
 
-def pretraining_report_lines(pre: dict, memory_gb_per_core: float) -> list[str]:
-    """Markdown for create_pretraining_data: the table and the projection for all parts."""
+def pretraining_report_lines(pre: dict) -> list[str]:
+    """Markdown for create_pretraining_data: identity of the records and the table."""
     if pre["ours"][1] != pre["reference"][1]:
         raise InputError("create_pretraining_data: our records differ from the reference's")
     ref_pre, ours_pre = pre["reference"][0][-1], pre["ours"][0][-1]
     large_mb = pre["sizes_mb"][-1]
-    lines = [
+    return [
         "TFRecords identical record for record.", "",
         "| stage | side | input MB | wall s | CPU s | MB per CPU-s | peak RSS MB |",
         "|---|---|---:|---:|---:|---:|---:|",
-        *ratio_rows("create_pretraining_data", large_mb, ref_pre, ours_pre), "",
-        f"## Projection: create_pretraining_data for {OFFICIAL_PARTS} parts of "
-        f"{OFFICIAL_PART_MB:.0f} MB", "",
-        "From the measured CPU seconds per MB, one part per core while memory allows; a "
-        "part's peak RSS is the fixed plus per-MB cost fitted to runs on "
-        f"{pre['sizes_mb'][0]:.1f} and {large_mb:.1f} MB.", "",
-        "| side | cores | GB per core | parts at once | hours |", "|---|---:|---:|---:|---:|",
-    ]
-    for label in ("reference", "ours"):
-        measured = pre[label][0]
-        part_rss = project_rss_mb(pre["sizes_mb"], measured, OFFICIAL_PART_MB)
-        lines += projection_rows(f"{label} ({part_rss / 1024:.1f} GB per part)",
-                                 measured[-1].cpu_s / large_mb, part_rss, memory_gb_per_core)
-    return lines
+        *ratio_rows("create_pretraining_data", large_mb, ref_pre, ours_pre), ""]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -321,7 +344,8 @@ def main(argv: list[str] | None = None) -> None:
         f"({os.cpu_count()} cores, Python {platform.python_version()})", "",
         *text_report_lines(text, args.text_copies)]
     if pre is not None:
-        lines += pretraining_report_lines(pre, args.memory_gb_per_core)
+        lines += pretraining_report_lines(pre)
+        lines += projection_lines(text, pre, args.memory_gb_per_core)
     report = "\n".join(lines) + "\n"
     ensure_dir(Path(args.output).parent)
     with atomic_output(args.output) as out:
