@@ -20,6 +20,9 @@ from benchmark.problems import ERROR, WARNING, Problem
 Finding = tuple[int, str]
 MAX_FINDINGS = 4  # per rule and log; further findings are summarized in one line
 NOT_LOGGED = "the closed division requires these hyperparameters, not logged: "
+# The record reference.run_pretraining writes when a process continues a run from a checkpoint
+# (metadata: checkpoint, global_step, samples).
+RESUME = "resume"
 
 
 @dataclass(frozen=True)
@@ -413,6 +416,29 @@ def check_seed(view: LogView) -> Iterator[Finding]:
                   "(closed division)")
 
 
+def check_single_run(view: LogView) -> Iterator[Finding]:
+    """The log holds one uninterrupted run: no resume record, no second run started later.
+
+    A run resumed from a checkpoint appends a second timed section; its time leaves out the
+    interrupted process's, so the log is not a valid result in any division. (A run_start line
+    repeated with the same time is a duplicated line, which the official checker warns about.)
+    """
+    starts = view.all(k.RUN_START)
+    lines = ", ".join(str(r.line) for r in starts)
+    restarts = [r for r in starts[1:] if r.time_ms != starts[0].time_ms]
+    for record in view.all(RESUME):
+        meta = record.metadata
+        yield record.line, (
+            f"the run was resumed from checkpoint {_show(meta.get('checkpoint'))} at step "
+            f"{_show(meta.get('global_step'))}, {_samples(as_int(meta.get('samples')))} "
+            f"samples: the log joins {len(starts)} timed sections (run_start on lines "
+            f"{lines}) and the time of the interrupted one is not counted; a resumed run is "
+            "not a valid result")
+    if not view.all(RESUME) and restarts:
+        yield restarts[0].line, (f"a second run starts here (the first run_start is on line "
+                                 f"{starts[0].line}): a log holds exactly one run")
+
+
 def check_event_types(view: LogView) -> Iterator[Finding]:
     """Interval keys carry the event_type mllog writes for them."""
     for record in view.records:
@@ -463,6 +489,9 @@ RULES: tuple[Rule, ...] = (
     Rule("bert/run-stop-status", ERROR,
          "run_stop status is 'success' exactly when an eval reached the target (closed).",
          check_run_stop_status),
+    Rule("bert/single-run", ERROR,
+         "The log holds one uninterrupted run (no resume from a checkpoint).",
+         check_single_run),
     Rule("bert/seed", WARNING, "A seed is logged.", check_seed, ("closed",)),
     Rule("log/event-type", WARNING, "Interval keys carry mllog's event_type.",
          check_event_types),

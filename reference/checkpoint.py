@@ -30,6 +30,17 @@ tests/fixtures/reference_model/README.md.
 
 Our own checkpoints (`save_training_checkpoint` / `restore_training_checkpoint`) are object-based
 tf.train.Checkpoints of the model, the optimizer and the global step.
+
+Crash safety of training checkpoints: tf.train.CheckpointManager writes the data and index
+files into a temporary folder, renames them into place, and only then rewrites the `checkpoint`
+state file (itself written to a temporary file and renamed), so a process killed mid-save
+leaves at worst orphan or partial files of a checkpoint that the state file does not name; on
+gs:// each object appears whole or not at all. A checkpoint can still be unusable (a kill while
+old checkpoints are being deleted, a file damaged or truncated on disk, a state file lost), so a
+resumed run does not trust the state file: `latest_complete_checkpoint` takes the newest
+checkpoint whose every tensor reads back (TensorFlow verifies each tensor's CRC32C) and names,
+in an absl warning, each newer one it skips; `remove_orphan_save_folders` deletes the temporary
+folders of saves that never finished.
 """
 from __future__ import annotations
 
@@ -176,6 +187,11 @@ TF2_FORMAT = "tf2"
 # A name that only the respective format holds (used to tell them apart).
 _FORMAT_MARKERS = ((TF1_FORMAT, "bert/embeddings/word_embeddings"),
                    (TF2_FORMAT, _ENC + "layer_with_weights-0/embeddings" + _ATTR))
+
+
+# What reading a damaged checkpoint raises: OpErrors, or, from the C++ reader's status codes,
+# ValueError (invalid argument), IndexError (out of range: a truncated file), RuntimeError.
+READ_ERRORS = (tf.errors.OpError, ValueError, IndexError, RuntimeError)
 
 
 class CheckpointError(ValueError):
@@ -399,6 +415,79 @@ def restore_training_checkpoint(path: str | os.PathLike, model, optimizer=None,
         raise CheckpointError(f"{path}: does not fit this model/optimizer ({message})") from err
     logging.info("restored training checkpoint %s", path)
     return path
+
+
+def checkpoint_problem(path: str) -> str | None:
+    """Why the checkpoint at prefix `path` cannot be restored; None if it can.
+
+    Reads every tensor back (one full read of the checkpoint), so a missing or damaged index
+    file and a missing, truncated or corrupted data file (TensorFlow checks each tensor's
+    CRC32C) are all found. Returns a one-line reason.
+    """
+    try:
+        reader = tf.train.load_checkpoint(path)
+        for name in sorted(reader.get_variable_to_shape_map()):
+            reader.get_tensor(name)
+    except READ_ERRORS as err:
+        text = str(getattr(err, "message", err)).strip()
+        return text.splitlines()[0] if text else type(err).__name__
+    return None
+
+
+def checkpoint_candidates(directory: str, name: str) -> list[str]:
+    """Prefixes `directory/name-<step>` of the checkpoints in `directory`, highest step first.
+
+    Both those the `checkpoint` state file lists and those with an index file are included, so
+    a lost or unreadable state file, or one not yet updated after a complete save, hides
+    nothing. Paths go through tf.io.gfile (local or gs://).
+    """
+    pattern = re.compile(rf"^{re.escape(name)}-(\d+)$")
+    names = [os.path.basename(p)[:-len(".index")]
+             for p in tf.io.gfile.glob(os.path.join(directory, f"{name}-*.index"))]
+    state = tf.train.get_checkpoint_state(directory)
+    if state is not None:
+        names += [os.path.basename(p) for p in state.all_model_checkpoint_paths]
+        names.append(os.path.basename(state.model_checkpoint_path))
+    steps = {int(m.group(1)) for m in map(pattern.match, names) if m}
+    return [os.path.join(directory, f"{name}-{step}") for step in sorted(steps, reverse=True)]
+
+
+def latest_complete_checkpoint(directory: str, name: str) -> tuple[str | None, list[str]]:
+    """The newest checkpoint in `directory` that can be restored (`checkpoint_problem`).
+
+    Args:
+      directory: the training output folder (local or gs://).
+      name: the checkpoints' base name (files `name-<step>.index`, `.data-*`).
+
+    Returns:
+      (its prefix or None if there is none, the newer prefixes skipped as unreadable). Each
+      skipped checkpoint is named in an absl warning with the reason.
+    """
+    skipped = []
+    for path in checkpoint_candidates(directory, name):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return path, skipped
+        logging.warning("skipping checkpoint %s: incomplete or damaged (%s); trying the "
+                        "previous one", path, problem)
+        skipped.append(path)
+    return None, skipped
+
+
+def remove_orphan_save_folders(directory: str, name: str) -> list[str]:
+    """Delete the `name-<step>_temp` folders in `directory` that saves killed before their
+    merge left behind (TensorFlow writes a checkpoint's shards there, then moves them into
+    place; nothing ever reads them, and for BERT-large each holds gigabytes).
+
+    Returns the folders removed (each named in an absl info line).
+    """
+    removed = []
+    for path in tf.io.gfile.glob(os.path.join(directory, f"{name}-*_temp")):
+        if tf.io.gfile.isdir(path):
+            tf.io.gfile.rmtree(path)
+            logging.info("removed %s, left by a checkpoint save that did not finish", path)
+            removed.append(path)
+    return removed
 
 
 def restored_tensor_names(names: Iterable[str]) -> list[str]:

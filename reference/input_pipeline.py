@@ -17,18 +17,41 @@ once; padded with all-zero records up to a whole number of global batches. The e
 `example_weight` is 1.0 for real records and 0.0 for padding, so sums over padded batches equal
 sums over the real records.
 
+Checking records (`check_records`, `check_all_records`, `find_bad_record`): each record's
+TFRecord framing (length, length CRC, data, data CRC) is verified in Python and its features
+parsed with the expected shapes, so that a damaged record is reported as one line naming the
+file, the record's 0-based index within it and the problem; tf.data only says "corrupted
+record at <byte>" or names a feature, without the file.
+
 Paths may be local or any file system TensorFlow reads (gs://...); patterns are comma-separated
 globs, as the reference's `--input_file`.
 """
 from __future__ import annotations
 
+import itertools
+import struct
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Iterator
+
 import tensorflow as tf
 
-from cleanup_scripts.pretraining_features import tf_feature_spec
+from cleanup_scripts.pretraining_features import (DecodeError, decode_example, feature_spec,
+                                                  masked_crc32c, tf_feature_spec)
 
 EXAMPLE_WEIGHT = "example_weight"
 SHUFFLE_BUFFER = 1000  # records, as the reference
 CYCLE_LENGTH = 4  # files read at once
+HEADER_BYTES = 12  # a TFRecord's uint64 length and the length's masked CRC-32C
+FOOTER_BYTES = 4  # the data's masked CRC-32C
+PARSE_CHUNK = 1024  # records parsed per TensorFlow call while checking
+CHECK_THREADS = 16  # files whose first record is checked at once (remote files: latency)
+# The flag that sets each feature's length (next_sentence_labels always holds one value).
+LENGTH_FLAGS = {"input_ids": "--max_seq_length", "input_mask": "--max_seq_length",
+                "segment_ids": "--max_seq_length",
+                "masked_lm_positions": "--max_predictions_per_seq",
+                "masked_lm_ids": "--max_predictions_per_seq",
+                "masked_lm_weights": "--max_predictions_per_seq"}
 
 
 class InputError(ValueError):
@@ -71,33 +94,201 @@ def parse_batch(serialized: tf.Tensor, max_seq_length: int,
             for name, value in features.items()}
 
 
-def check_records(path: str, max_seq_length: int, max_predictions_per_seq: int,
-                  flag: str = "--input_file") -> None:
-    """Read and parse the first record of `path`; InputError (one line) if that fails."""
-    try:
-        first = list(tf.data.TFRecordDataset(path).take(1).as_numpy_iterator())
-    except tf.errors.OpError as err:
-        raise InputError(f"{flag}: {path}: not a readable TFRecord file "
-                         f"({_one_line(err)})") from err
-    if not first:
-        raise InputError(f"{flag}: {path}: holds no records")
-    try:
-        parse_batch(tf.constant(first), max_seq_length, max_predictions_per_seq)
-    except (tf.errors.OpError, ValueError) as err:
-        raise InputError(f"{flag}: {path}: records do not match --max_seq_length="
-                         f"{max_seq_length} --max_predictions_per_seq="
-                         f"{max_predictions_per_seq} ({_one_line(err)})") from err
+@dataclass(frozen=True)
+class BadRecord:
+    """A record that cannot be used: its file, its 0-based index in that file, the problem."""
+
+    path: str
+    index: int
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: record {self.index}: {self.problem}"
 
 
-def count_records(files: list[str], limit: int | None = None) -> int:
-    """Records in `files` (read in order), counting at most `limit`."""
-    dataset = tf.data.TFRecordDataset(files)
-    if limit is not None:
-        dataset = dataset.take(limit)
+class _FramingError(Exception):
+    """A record whose TFRecord framing is damaged (or unreadable): its index and the problem."""
+
+    def __init__(self, index: int, problem: str):
+        super().__init__(problem)
+        self.index = index
+        self.problem = problem
+
+
+def _framed_records(path: str) -> Iterator[bytes]:
+    """The data of each record of a TFRecord file (any tf.io.gfile path), checksums verified.
+
+    Raises _FramingError at the first record that is truncated, fails a CRC or cannot be read.
+    """
+    index = offset = 0
     try:
-        return int(dataset.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
+        with tf.io.gfile.GFile(path, "rb") as handle:
+            while True:
+                header = handle.read(HEADER_BYTES)
+                if not header:
+                    return
+                if len(header) < HEADER_BYTES:
+                    raise _FramingError(index, f"truncated at byte {offset + len(header)} "
+                                               f"(inside the record's {HEADER_BYTES}-byte header)")
+                if masked_crc32c(header[:8]) != struct.unpack("<I", header[8:])[0]:
+                    raise _FramingError(index, "length CRC mismatch (data corrupted" + (
+                        ", or not a TFRecord file)" if index == 0 else ")"))
+                length = struct.unpack("<Q", header[:8])[0]
+                body = handle.read(length + FOOTER_BYTES)
+                end = offset + HEADER_BYTES + length + FOOTER_BYTES
+                if len(body) < length + FOOTER_BYTES:
+                    raise _FramingError(index, f"truncated at byte "
+                                               f"{offset + HEADER_BYTES + len(body)} (the record "
+                                               f"starts at byte {offset} and ends at byte {end})")
+                if masked_crc32c(body[:length]) != struct.unpack("<I", body[length:])[0]:
+                    raise _FramingError(index, "CRC mismatch (data corrupted)")
+                yield body[:length]
+                index, offset = index + 1, end
     except tf.errors.OpError as err:
-        raise InputError(f"{files[0]}...: cannot read records ({_one_line(err)})") from err
+        raise _FramingError(index, f"cannot read ({_one_line(err)})") from err
+
+
+def feature_problem(data: bytes, max_seq_length: int,
+                    max_predictions_per_seq: int) -> str | None:
+    """Why one serialized record does not fit the pretraining feature spec (None: it fits).
+
+    The answer names the feature and, for a wrong length, the flag that sets the length, e.g.
+    "feature input_ids has 384 values, expected --max_seq_length=512".
+    """
+    try:
+        decoded = decode_example(data)
+    except DecodeError as err:
+        return f"not a tf.train.Example ({err})"
+    for name, spec in feature_spec(max_seq_length, max_predictions_per_seq).items():
+        kind, values = decoded.get(name, ("none", None))
+        if kind == "none":
+            return f"feature {name} is missing"
+        if kind != spec.dtype:
+            return f"feature {name} holds {kind} values, expected {spec.dtype}"
+        if len(values) != spec.length:
+            flag = LENGTH_FLAGS.get(name)
+            expected = f"{flag}={spec.length}" if flag else str(spec.length)
+            return f"feature {name} has {len(values)} values, expected {expected}"
+    return None
+
+
+def _unparsable(path: str, first_index: int, records: list[bytes], max_seq_length: int,
+                max_predictions_per_seq: int) -> BadRecord | None:
+    """The first of `records` (indices first_index, first_index + 1, ... of `path`) that
+    TensorFlow cannot parse with the expected shapes, or None."""
+    spec = tf_feature_spec(max_seq_length, max_predictions_per_seq)
+    try:
+        tf.io.parse_example(tf.constant(records), spec)
+        return None
+    except tf.errors.InvalidArgumentError:
+        pass
+    for offset, data in enumerate(records):
+        try:
+            tf.io.parse_example(tf.constant([data]), spec)
+        except tf.errors.InvalidArgumentError as err:
+            problem = feature_problem(data, max_seq_length, max_predictions_per_seq)
+            return BadRecord(path, first_index + offset,
+                             problem or f"does not parse ({_one_line(err)})")
+    return None
+
+
+def _scan_file(path: str, max_seq_length: int, max_predictions_per_seq: int,
+               limit: int | None) -> tuple[int, BadRecord | None]:
+    """Check the first `limit` records of one file (all of them if None).
+
+    Returns (records read, the first bad record or None); reading stops at the first bad one.
+    """
+    count, chunk, damaged = 0, [], None
+    records = _framed_records(path)
+    try:
+        for data in itertools.islice(records, limit):
+            chunk.append(data)
+            count += 1
+            if len(chunk) == PARSE_CHUNK:
+                bad = _unparsable(path, count - len(chunk), chunk, max_seq_length,
+                                  max_predictions_per_seq)
+                if bad:
+                    return count, bad
+                chunk = []
+    except _FramingError as err:
+        damaged = BadRecord(path, err.index, err.problem)
+    finally:
+        records.close()
+    bad = _unparsable(path, count - len(chunk), chunk, max_seq_length,
+                      max_predictions_per_seq) if chunk else None
+    return count, bad or damaged
+
+
+def _scan(files: list[str], max_seq_length: int, max_predictions_per_seq: int,
+          limit: int | None) -> tuple[int, BadRecord | None]:
+    """Check the first `limit` records of `files` in order (all if None): (records, bad)."""
+    total = 0
+    for path in files:
+        remaining = None if limit is None else limit - total
+        if remaining == 0:
+            break
+        count, bad = _scan_file(path, max_seq_length, max_predictions_per_seq, remaining)
+        total += count
+        if bad:
+            return total, bad
+    return total, None
+
+
+def find_bad_record(files: list[str], max_seq_length: int, max_predictions_per_seq: int,
+                    limit: int | None = None) -> BadRecord | None:
+    """The first record of `files` (read in order; the first `limit` records in all, or every
+    record) that is truncated, fails a CRC or does not parse with the expected shapes."""
+    return _scan(files, max_seq_length, max_predictions_per_seq, limit)[1]
+
+
+def check_all_records(files: list[str], max_seq_length: int, max_predictions_per_seq: int,
+                      flag: str, limit: int | None = None) -> int:
+    """Check the first `limit` records of `files` in order (every record if None).
+
+    Returns the number of records checked (fewer than `limit` when the files hold fewer).
+    Raises InputError "<flag>: <file>: record <i>: <problem>", or when there are no records.
+    """
+    count, bad = _scan(files, max_seq_length, max_predictions_per_seq, limit)
+    if bad:
+        raise InputError(f"{flag}: {bad}")
+    if not count:
+        raise InputError(f"{flag}: {files[0]}{' ...' if len(files) > 1 else ''}: "
+                         "holds no records")
+    return count
+
+
+def _first_record_error(path: str, max_seq_length: int, max_predictions_per_seq: int,
+                        flag: str) -> str | None:
+    """The InputError message for a file whose first record is missing or unusable, or None."""
+    records = _framed_records(path)
+    try:
+        first = next(records, None)
+    except _FramingError as err:
+        return f"{flag}: {BadRecord(path, err.index, err.problem)}"
+    finally:
+        records.close()
+    if first is None:
+        return f"{flag}: {path}: holds no records"
+    bad = _unparsable(path, 0, [first], max_seq_length, max_predictions_per_seq)
+    if bad:
+        return (f"{flag}: {path}: records do not match --max_seq_length={max_seq_length} "
+                f"--max_predictions_per_seq={max_predictions_per_seq} (record 0: {bad.problem})")
+    return None
+
+
+def check_first_records(files: list[str], max_seq_length: int, max_predictions_per_seq: int,
+                        flag: str = "--input_file") -> None:
+    """Read and parse the first record of every file (several files at once).
+
+    Raises InputError (one line, the first failing file in order) when a file holds no records
+    or its first record is damaged or of other shapes.
+    """
+    with ThreadPoolExecutor(max_workers=max(1, min(CHECK_THREADS, len(files)))) as pool:
+        errors = pool.map(lambda path: _first_record_error(
+            path, max_seq_length, max_predictions_per_seq, flag), files)
+        message = next((error for error in errors if error), None)
+    if message:
+        raise InputError(message)
 
 
 def _pipelines(input_context) -> tuple[int, int]:
@@ -109,7 +300,7 @@ def _pipelines(input_context) -> tuple[int, int]:
 def train_dataset(files: list[str], batch_size: int, max_seq_length: int,
                   max_predictions_per_seq: int, seed: int, steps_per_update: int = 1,
                   input_context: tf.distribute.InputContext | None = None,
-                  shuffle_buffer: int = SHUFFLE_BUFFER) -> tf.data.Dataset:
+                  shuffle_buffer: int = SHUFFLE_BUFFER, skip_batches: int = 0) -> tf.data.Dataset:
     """The endless training stream of one input pipeline.
 
     Args:
@@ -121,6 +312,9 @@ def train_dataset(files: list[str], batch_size: int, max_seq_length: int,
         micro-batches stacked on a new leading axis ([n, batch_size, ...]).
       input_context: from `distribute_datasets_from_function` (None: a single pipeline).
       shuffle_buffer: records in the shuffle buffer (0: no record shuffle).
+      skip_batches: micro-batches of this pipeline's stream already trained on (a resumed
+        run); their skip_batches * batch_size records are read and dropped before batching
+        and parsing, so the stream continues exactly where that many batches left it.
 
     Returns:
       Dataset of feature dicts [batch_size, ...] (or [n, batch_size, ...]).
@@ -139,6 +333,8 @@ def train_dataset(files: list[str], batch_size: int, max_seq_length: int,
     dataset = dataset.repeat()
     if num_pipelines > 1 and not shard_files:
         dataset = dataset.shard(num_pipelines, pipeline_id)
+    if skip_batches:
+        dataset = dataset.skip(skip_batches * batch_size)
     dataset = dataset.batch(batch_size, drop_remainder=True)
     dataset = dataset.map(lambda r: parse_batch(r, max_seq_length, max_predictions_per_seq),
                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

@@ -29,11 +29,15 @@ official TF1/TF2 checkpoint or one of ours) or else the latest checkpoint in OUT
 writes eval_results.txt.
 
 Resuming: when OUTPUT_DIR holds a checkpoint of ours, training continues from it (weights,
-optimizer state, global step and samples trained; --init_checkpoint is then ignored). The new
-process appends a complete section to the MLPerf log (init_start ... run_stop) preceded by a
-`resume` record, with sample counts continuing from the checkpoint. A resumed run is therefore
-never a valid MLPerf result: its log holds two run_start records and the official checker
-rejects it, which is the honest outcome (the time of the lost segment is not in either).
+optimizer state, global step and samples trained; --init_checkpoint is then ignored), so the
+same command restarts a killed run. The newest checkpoint whose files all read back is used
+(a damaged or half-deleted newer one is skipped with a warning); the data stream, the dropout
+masks and the seed (stored in the checkpoint) continue exactly, so the run ends as an
+uninterrupted one would, bit for bit. The new process appends a complete section to the
+MLPerf log (init_start ... run_stop) preceded by a `resume` record, with sample counts
+continuing from the checkpoint. A resumed run is therefore never a valid MLPerf result: its log
+holds two run_start records, the official checker rejects it and `benchmark.check` reports it
+(bert/single-run), which is the honest outcome (the time of the lost segment is not in either).
 A run whose checkpoint already reached the target, or its step budget, is not restarted.
 
 Step counts (--num_train_steps, --num_warmup_steps, --start_warmup_step, --stop_steps,
@@ -49,6 +53,8 @@ and a `noncompliant` record, and the run is logged as open division.
 from __future__ import annotations
 
 import dataclasses
+import gc
+import math
 import os
 import shutil
 import sys
@@ -66,6 +72,8 @@ if TYPE_CHECKING:  # TensorFlow-importing modules are imported where used (fast 
     from reference.trainer import OptimizerSettings
 
 FLAGS = flags.FLAGS
+MAX_SEED = 2 ** 31 - 1  # a drawn seed is below this too
+MIN_LOG_EPSILON = -30  # LAMB's epsilon 1e-30 is still a normal float32
 
 # The command line: (kind, name, default, help[, choices]). The reference's flags come first,
 # with its names and meanings; then those of the MLPerf run.
@@ -227,6 +235,55 @@ def _multiple(flag: str, value: int, n: int) -> None:
              "with accumulation give the step counts of batch bs*n scaled up n times")
 
 
+def _check_ranges(f: flags.FlagValues) -> None:
+    """Check every numeric flag against its allowed range (not those that need the BERT config).
+
+    Raises UsageError naming the flag, its value and the range, e.g. "--learning_rate=0.0 must
+    be > 0".
+    """
+    for kind, name, *_ in FLAG_TABLE:
+        if kind == "float" and f[name].value is not None:
+            _require(math.isfinite(f[name].value), f"--{name}={f[name].value} must be a finite "
+                     "number")
+    n = f.steps_per_update
+    _require(n >= 1, f"--steps_per_update={n} must be at least 1")
+    for name in ("train_batch_size", "eval_batch_size", "max_eval_steps", "num_train_steps",
+                 "iterations_per_loop", "save_checkpoints_steps", "num_tpu_cores"):
+        _require(f[name].value >= 1, f"--{name}={f[name].value} must be at least 1")
+    _require(0 <= f.num_warmup_steps <= f.num_train_steps,
+             f"--num_warmup_steps={f.num_warmup_steps} must be in [0, --num_train_steps="
+             f"{f.num_train_steps}]")
+    if f.num_warmup_steps:
+        _require(f.start_warmup_step <= 0,
+                 f"--start_warmup_step={f.start_warmup_step} must be <= 0 (a later start gives "
+                 "negative learning rates before it)")
+    for name in ("keep_checkpoint_max", "eval_frequency_samples", "num_gpus", "cpu_devices"):
+        _require(f[name].value >= 0, f"--{name}={f[name].value} must be >= 0")
+    if f.stop_steps is not None:
+        _require(f.stop_steps >= 1, f"--stop_steps={f.stop_steps} must be at least 1")
+    for name in ("num_train_steps", "num_warmup_steps", "start_warmup_step",
+                 "save_checkpoints_steps"):
+        _multiple(name, f[name].value, n)
+    if f.stop_steps is not None:
+        _multiple("stop_steps", f.stop_steps, n)
+    if f.seed is not None:
+        _require(0 <= f.seed <= MAX_SEED, f"--seed={f.seed} must be in [0, {MAX_SEED}]")
+    _require(f.learning_rate > 0, f"--learning_rate={f.learning_rate} must be > 0")
+    _require(f.poly_power > 0, f"--poly_power={f.poly_power} must be > 0")
+    for name in ("lamb_beta_1", "lamb_beta_2"):
+        _require(0 < f[name].value < 1, f"--{name}={f[name].value} must be in (0, 1)")
+    _require(f.lamb_weight_decay_rate >= 0,
+             f"--lamb_weight_decay_rate={f.lamb_weight_decay_rate} must be >= 0")
+    _require(MIN_LOG_EPSILON <= f.log_epsilon <= 0,
+             f"--log_epsilon={f.log_epsilon} must be in [{MIN_LOG_EPSILON}, 0] (epsilon "
+             "10 ** log_epsilon in [1e-30, 1])")
+    _require(0 < f.target_mlm_accuracy <= 1,
+             f"--target_mlm_accuracy={f.target_mlm_accuracy} must be in (0, 1]")
+    if f.dropout_override is not None:
+        _require(0 <= f.dropout_override < 1,
+                 f"--dropout_override={f.dropout_override} must be in [0, 1)")
+
+
 def apply_preset(flag_values=FLAGS) -> list[str]:
     """Fill flags not given on the command line from --preset; returns the names set."""
     from reference import presets
@@ -262,35 +319,8 @@ def options_from_flags(flag_values=FLAGS) -> RunOptions:
     _require(f.do_train or f.do_eval, "at least one of --do_train or --do_eval must be set")
     for name in ("bert_config_file", "output_dir"):
         _require(bool(f[name].value), f"--{name} is required")
+    _check_ranges(f)
     n = f.steps_per_update
-    _require(n >= 1, f"--steps_per_update={n} must be at least 1")
-    for name in ("train_batch_size", "eval_batch_size", "max_eval_steps", "num_train_steps",
-                 "iterations_per_loop", "save_checkpoints_steps"):
-        _require(f[name].value >= 1, f"--{name}={f[name].value} must be at least 1")
-    _require(f.num_warmup_steps >= 0, f"--num_warmup_steps={f.num_warmup_steps} must be >= 0")
-    _require(f.keep_checkpoint_max >= 0,
-             f"--keep_checkpoint_max={f.keep_checkpoint_max} must be >= 0")
-    if f.stop_steps is not None:
-        _require(f.stop_steps >= 1, f"--stop_steps={f.stop_steps} must be at least 1")
-    for name in ("num_train_steps", "num_warmup_steps", "start_warmup_step",
-                 "save_checkpoints_steps"):
-        _multiple(name, f[name].value, n)
-    if f.stop_steps is not None:
-        _multiple("stop_steps", f.stop_steps, n)
-    _require(f.learning_rate > 0, f"--learning_rate={f.learning_rate} must be > 0")
-    _require(f.poly_power > 0, f"--poly_power={f.poly_power} must be > 0")
-    for name in ("lamb_beta_1", "lamb_beta_2"):
-        _require(0 < f[name].value < 1, f"--{name}={f[name].value} must be in (0, 1)")
-    _require(f.lamb_weight_decay_rate >= 0,
-             f"--lamb_weight_decay_rate={f.lamb_weight_decay_rate} must be >= 0")
-    _require(0 < f.target_mlm_accuracy <= 1,
-             f"--target_mlm_accuracy={f.target_mlm_accuracy} must be in (0, 1]")
-    _require(f.eval_frequency_samples >= 0,
-             f"--eval_frequency_samples={f.eval_frequency_samples} must be >= 0")
-    if f.dropout_override is not None:
-        _require(0 <= f.dropout_override < 1,
-                 f"--dropout_override={f.dropout_override} must be in [0, 1)")
-    _require(f.num_gpus >= 0, f"--num_gpus={f.num_gpus} must be >= 0")
 
     config = load_bert_config(f.bert_config_file)
     _require(2 <= f.max_seq_length <= config.max_position_embeddings,
@@ -306,8 +336,8 @@ def options_from_flags(flag_values=FLAGS) -> RunOptions:
     if f.do_train:
         _require(bool(f.input_file), "--input_file is required with --do_train")
         input_files = input_pipeline.expand_patterns(f.input_file, "--input_file")
-        input_pipeline.check_records(input_files[0], f.max_seq_length,
-                                     f.max_predictions_per_seq, "--input_file")
+        input_pipeline.check_first_records(input_files, f.max_seq_length,
+                                           f.max_predictions_per_seq, "--input_file")
         if f.do_eval:
             _require(bool(f.eval_file), "--eval_file is required with --do_train --do_eval "
                      "(the eval_10k TFRecord)")
@@ -322,11 +352,11 @@ def options_from_flags(flag_values=FLAGS) -> RunOptions:
         eval_files = input_pipeline.expand_patterns(source, flag)
     eval_records = 0
     if eval_files:
-        input_pipeline.check_records(eval_files[0], f.max_seq_length,
-                                     f.max_predictions_per_seq,
-                                     "--eval_file" if f.eval_file else "--input_file")
+        # Every record evaluated is checked now: a damaged eval set fails before training.
         wanted = f.eval_batch_size * f.max_eval_steps
-        eval_records = input_pipeline.count_records(eval_files, limit=wanted)
+        eval_records = input_pipeline.check_all_records(
+            eval_files, f.max_seq_length, f.max_predictions_per_seq,
+            "--eval_file" if f.eval_file else "--input_file", limit=wanted)
         if eval_records < wanted:
             logging.info("eval files hold %d records (< eval_batch_size * max_eval_steps = %d): "
                          "all of them are evaluated once", eval_records, wanted)
@@ -361,7 +391,7 @@ def options_from_flags(flag_values=FLAGS) -> RunOptions:
 
     seed = f.seed
     if seed is None:
-        seed = int.from_bytes(os.urandom(4), "little") % (2 ** 31 - 1)
+        seed = int.from_bytes(os.urandom(4), "little") % MAX_SEED
 
     output_dir = f.output_dir
     mlperf_log = f.mlperf_log
@@ -433,17 +463,29 @@ def _platform(options: RunOptions, strategy) -> str:
     return f"{strategy.num_replicas_in_sync}x{kind}"
 
 
-def _peek_progress(path: str) -> tuple[int, int, int]:
-    """(global_step, trained_samples, target_reached) stored in a training checkpoint."""
+@dataclass(frozen=True)
+class _Progress:
+    """The counters of a training checkpoint: micro-steps, samples, whether an eval reached
+    the target, and the run's seed (None in a checkpoint without one)."""
+    step: int
+    samples: int
+    reached: bool
+    seed: int | None
+
+
+def _peek_progress(path: str) -> _Progress:
+    """The counters stored in the training checkpoint at prefix `path` (an absent counter
+    reads 0, an absent seed None)."""
     import tensorflow as tf
     reader = tf.train.load_checkpoint(path)
     names = reader.get_variable_to_shape_map()
 
     def value(name):
         key = f"{name}/.ATTRIBUTES/VARIABLE_VALUE"
-        return int(reader.get_tensor(key)) if key in names else 0
+        return int(reader.get_tensor(key)) if key in names else None
 
-    return value("global_step"), value("trained_samples"), value("target_reached")
+    return _Progress(value("global_step") or 0, value("trained_samples") or 0,
+                     bool(value("target_reached")), value("run_seed"))
 
 
 def _duration(seconds: float) -> str:
@@ -503,15 +545,26 @@ class _Run:
         return self.strategy.distribute_datasets_from_function(dataset_fn)
 
     def train_iterator(self):
+        """The distributed training stream, continuing where the trainer's global step left it.
+
+        A resumed run must feed exactly the batches an uninterrupted run feeds from that step
+        on. Each input pipeline rebuilds the same seeded stream and skips the micro-batches its
+        replicas consumed: global step (micro-steps) x the replicas it feeds, dropped as
+        serialized records before batching and parsing. This is preferred to checkpointing the
+        tf.data iterator, whose state holds every worker's shuffle and prefetch buffers and ties
+        a checkpoint to one strategy and worker count; skipping costs one read of the consumed
+        records per resume and works alike for every strategy and for accumulation.
+        """
         from reference import input_pipeline
         options = self.options
-        # A resumed run draws a different (still seeded) order than the first segment.
-        seed = options.seed + self.trainer.step
+        consumed_steps = self.trainer.step
 
         def dataset_fn(context):
+            replicas_fed = context.num_replicas_in_sync // context.num_input_pipelines
             return input_pipeline.train_dataset(
                 options.input_files, self.train_per_replica, options.max_seq_length,
-                options.max_predictions_per_seq, seed, options.steps_per_update, context)
+                options.max_predictions_per_seq, options.seed, options.steps_per_update,
+                context, skip_batches=consumed_steps * replicas_fed)
 
         return iter(self.strategy.distribute_datasets_from_function(dataset_fn))
 
@@ -565,8 +618,8 @@ def train(options: RunOptions, strategy=None) -> RunResult:
     """
     from benchmark.mlperf_log import BertLogger, Hyperparameters
     from reference import checkpoint as ckpt
-    from reference.run_log import NONCOMPLIANT, RESUME
-    from reference.trainer import worker_checkpoint_dir
+    from reference.run_log import NONCOMPLIANT, RESUME, end_partial_line
+    from reference.trainer import CHECKPOINT_NAME, worker_checkpoint_dir
 
     run = _Run(options, strategy)
     tf = run.tf
@@ -574,15 +627,24 @@ def train(options: RunOptions, strategy=None) -> RunResult:
     batch = options.global_batch_size
     budget_updates = options.budget_steps // n
 
-    latest = tf.train.latest_checkpoint(options.output_dir)
+    # The newest checkpoint that reads back whole: a kill mid-save, or a damaged file, makes
+    # the run resume from the one before (each skipped one is named in a warning).
+    latest, skipped = ckpt.latest_complete_checkpoint(options.output_dir, CHECKPOINT_NAME)
+    if run.chief:
+        ckpt.remove_orphan_save_folders(options.output_dir, CHECKPOINT_NAME)
     if latest:
-        step, samples, reached = _peek_progress(latest)
-        if reached or step >= options.budget_steps:
-            why = "reached the target" if reached else \
+        progress = _peek_progress(latest)
+        if progress.reached or progress.step >= options.budget_steps:
+            why = "reached the target" if progress.reached else \
                 f"used its step budget ({options.budget_steps})"
             logging.warning("%s already %s at step %d (%d samples); nothing to train", latest,
-                            why, step, samples)
-            return RunResult("finished-before", step, samples)
+                            why, progress.step, progress.samples)
+            return RunResult("finished-before", progress.step, progress.samples)
+        if progress.seed is not None and progress.seed != options.seed:
+            logging.warning("resuming with the run's seed %d stored in %s (not %d): the data "
+                            "order and dropout continue the run's", progress.seed, latest,
+                            options.seed)
+            options = run.options = dataclasses.replace(options, seed=progress.seed)
 
     division = options.submission_division
     if options.noncompliant and division == "closed":
@@ -592,6 +654,7 @@ def train(options: RunOptions, strategy=None) -> RunResult:
     log_path = options.mlperf_log if run.chief else None
     if log_path:
         os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
+        end_partial_line(log_path)  # a killed process may have left half a record
     stream = sys.stdout if run.chief else None
     log = BertLogger(log_path, stream=stream)
     result = RunResult("aborted", 0, 0)
@@ -610,15 +673,20 @@ def train(options: RunOptions, strategy=None) -> RunResult:
             options.keep_checkpoint_max or None)
         if latest:
             trainer.restore(latest)
-            log.event(RESUME, None, {"checkpoint": latest, "global_step": trainer.step,
-                                       "samples": trainer.samples})
+            resume = {"checkpoint": latest, "global_step": trainer.step,
+                      "samples": trainer.samples}
+            if skipped:
+                resume["skipped_checkpoints"] = skipped
+            log.event(RESUME, None, resume)
             if options.init_checkpoint:
                 logging.info("--init_checkpoint ignored: resuming from %s", latest)
-        elif options.init_checkpoint:
-            names = trainer.load_initial_checkpoint(options.init_checkpoint)
-            log.weights_initialization(ckpt.restored_tensor_names(names))
         else:
-            trainer.initialize_weights(options.seed)
+            trainer.set_seed(options.seed)
+            if options.init_checkpoint:
+                names = trainer.load_initial_checkpoint(options.init_checkpoint)
+                log.weights_initialization(ckpt.restored_tensor_names(names))
+            else:
+                trainer.initialize_weights(options.seed)
         for key, value in (("opt_name", options.optimizer.name),
                            ("max_sequence_length", options.max_seq_length),
                            ("max_predictions_per_seq", options.max_predictions_per_seq),
@@ -755,17 +823,45 @@ def _log_progress(options: RunOptions, trainer, losses: dict, rate: float, overa
         _duration((budget_updates - update) * batch / max(overall, 1e-9)))
 
 
+def _locate_bad_record(options: RunOptions, eval_flag: str) -> str | None:
+    """After reading the data failed mid-run: where and why, or None if every record is fine.
+
+    Scans the records evaluated (eval_flag names their flag) and then every training record, in
+    file order; returns "<flag>: <file>: record <index>: <problem>" for the first bad one.
+    """
+    from reference import input_pipeline
+    for flag, files, limit in ((eval_flag, options.eval_files, options.eval_records),
+                               ("--input_file", options.input_files, None)):
+        if not files:
+            continue
+        logging.warning("reading the data failed: checking every record of %s (%d files)",
+                        flag, len(files))
+        bad = input_pipeline.find_bad_record(files, options.max_seq_length,
+                                             options.max_predictions_per_seq, limit)
+        if bad:
+            return f"{flag}: {bad}"
+    return None
+
+
 def main(argv: list[str]) -> None:
-    """Entry point for `python -m reference.run_pretraining`."""
+    """Entry point for `python -m reference.run_pretraining`.
+
+    A bad command line or input ends the process with one line "error: <what>: <problem>" on
+    stderr and exit status 1. A damaged record met during the run (TensorFlow's DataLossError or
+    InvalidArgumentError) is located by a scan of the data and reported the same way; any other
+    failure keeps its traceback.
+    """
     if len(argv) > 1:
         raise SystemExit(f"error: unexpected arguments {' '.join(argv[1:])} (flags are "
                          "--name=value)")
+    import tensorflow as tf
     from reference import distribution, presets
     from reference.bert_config import ConfigError
     from reference.checkpoint import CheckpointError
     from reference.input_pipeline import InputError
     errors = (UsageError, ConfigError, CheckpointError, InputError,
               distribution.StrategyError, presets.PresetError)
+    options = None
     try:
         # The strategy comes first: multi-worker collectives and TPUs must be set up before
         # TensorFlow runs anything (the flag checks read files with tf.data).
@@ -782,11 +878,25 @@ def main(argv: list[str]) -> None:
         else:
             result = evaluate_only(options, strategy)
     except errors as err:
-        raise SystemExit(f"error: {err}") from None
-    last = result.evals[-1][1] if result.evals else {}
-    print(f"run_pretraining: {result.status} at step {result.step}, {result.samples} samples"
-          + (f", masked_lm_accuracy {last['masked_lm_accuracy']:.5f}" if last else ""),
-          flush=True)
+        failure = str(err)
+        if isinstance(err, CheckpointError) and options is not None:
+            # Raised while restoring weights into the model that the config describes.
+            failure += f" (model of --bert_config_file={options.bert_config_file})"
+    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError):
+        failure = options and _locate_bad_record(
+            options, "--eval_file" if FLAGS.eval_file else "--input_file")
+        if not failure:
+            raise
+    else:
+        last = result.evals[-1][1] if result.evals else {}
+        print(f"run_pretraining: {result.status} at step {result.step}, {result.samples} "
+              "samples" + (f", masked_lm_accuracy {last['masked_lm_accuracy']:.5f}"
+                           if last else ""), flush=True)
+        return
+    # Free the failed run's objects first: TensorFlow's warnings about them (e.g. a checkpoint
+    # deleted half-restored) then come before the error, which stays the last line on stderr.
+    gc.collect()
+    raise SystemExit(f"error: {failure}")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,12 @@ The optimizer update runs in cross-replica context (`merge_call`): each variable
 reference's iterations_per_loop); `evaluate(dataset)` sums `reference.losses.metric_sums` over
 a finite padded eval set and returns `EvalMetrics`.
 
+Dropout is stateless: each mask is drawn from a seed derived from (run seed, micro-step, replica,
+dropout layer), see `DropoutKeys`. Keras's own dropout ops keep their random stream in the
+process, which restarts with each process; with keyed masks a run resumed from a checkpoint at
+micro-step S draws exactly the masks an uninterrupted run draws from S on. The run seed is a
+checkpointed counter (`run_seed`), so a resumed run keeps it whatever --seed says.
+
 Mixed precision (`"bf16"`, `"fp16"`): the model computes in the reduced type with float32
 variables (Keras mixed policy); logits are cast to float32 before the losses. fp16 adds dynamic
 loss scaling: the loss is multiplied by `loss_scale` (initially 2**15), gradients divided by it;
@@ -34,9 +40,12 @@ count their micro-steps and samples.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import threading
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 import tensorflow as tf
@@ -98,6 +107,66 @@ def set_mixed_precision(mode: str) -> None:
     tf_keras.mixed_precision.set_global_policy(MIXED_PRECISION[mode] or "float32")
 
 
+class DropoutKeys:
+    """The stateless seed ([2] int64) for the dropout masks of the forward pass being traced.
+
+    The trainer sets it (`using`) around each training forward pass; every dropout layer of the
+    model (`KeyedDropout`) folds in its own index. Thread-local, because MirroredStrategy
+    traces each replica's step in a thread of its own.
+    """
+
+    def __init__(self):
+        self._local = threading.local()
+
+    @contextlib.contextmanager
+    def using(self, key: tf.Tensor) -> Iterator[None]:
+        """Within the block, dropout masks derive from `key`."""
+        self._local.key = key
+        try:
+            yield
+        finally:
+            self._local.key = None
+
+    def current(self) -> tf.Tensor:
+        """The key set by the enclosing `using` block; RuntimeError outside one."""
+        key = getattr(self._local, "key", None)
+        if key is None:
+            raise RuntimeError("the trainer's model ran with training=True outside a training "
+                               "step: its dropout needs the step's key")
+        return key
+
+
+class KeyedDropout:
+    """Stands in for the random generator of one tf_keras Dropout layer (its `dropout` method is
+    all that `Dropout.call` uses): masks from `tf.nn.experimental.stateless_dropout`, seeded by
+    the current `DropoutKeys` key folded with this layer's index."""
+
+    # Read by tf_keras's BaseRandomLayer.get_config and build.
+    _rng_type = "stateless"
+
+    def __init__(self, keys: DropoutKeys, index: int):
+        self._keys = keys
+        self._index = index
+
+    def _maybe_init(self) -> None:
+        """Nothing to initialise (tf_keras calls this when the layer is built)."""
+
+    def dropout(self, inputs: tf.Tensor, rate: float, noise_shape=None) -> tf.Tensor:
+        """`inputs` with a fraction `rate` zeroed and the rest scaled by 1 / (1 - rate)."""
+        seed = tf.random.experimental.stateless_fold_in(self._keys.current(), self._index)
+        return tf.nn.experimental.stateless_dropout(inputs, rate, seed=seed,
+                                                    noise_shape=noise_shape)
+
+
+def use_keyed_dropout(model: tf_keras.Model, keys: DropoutKeys) -> int:
+    """Give every Dropout layer of `model` a `KeyedDropout` generator (index: the layer's
+    position in `model.submodules`, the same in every process); returns how many."""
+    layers = [m for m in model.submodules if isinstance(m, tf_keras.layers.Dropout)]
+    for index, layer in enumerate(layers):
+        layer._random_generator = KeyedDropout(keys, index)  # pylint: disable=protected-access
+    return len(layers)
+
+
 def _float32_outputs(outputs: dict) -> dict:
     return {key: tf.cast(outputs[key], tf.float32)
             for key in ("masked_lm_logits", "next_sentence_logits")}
@@ -118,8 +187,8 @@ class Trainer:
         `set_mixed_precision`).
 
     Counters (checkpointed with the model and optimizer): `global_step` (micro-steps),
-    `trained_samples`, `target_reached` (1 once an eval reached the target), `loss_scale` and
-    `good_updates` (fp16).
+    `trained_samples`, `target_reached` (1 once an eval reached the target), `run_seed` (data
+    order and dropout, see `set_seed`), `loss_scale` and `good_updates` (fp16).
     """
 
     def __init__(self, strategy: tf.distribute.Strategy, config: BertConfig,
@@ -143,12 +212,15 @@ class Trainer:
             self.global_step = counter("global_step")
             self.trained_samples = counter("trained_samples")
             self.target_reached = counter("target_reached")
+            self.run_seed = counter("run_seed")
             self.loss_scale = counter("loss_scale", INITIAL_LOSS_SCALE, tf.float32)
             self.good_updates = counter("good_updates")
         self.checkpoint = ckpt.training_checkpoint(
             self.model, self.optimizer, self.global_step, trained_samples=self.trained_samples,
-            target_reached=self.target_reached, loss_scale=self.loss_scale,
-            good_updates=self.good_updates)
+            target_reached=self.target_reached, run_seed=self.run_seed,
+            loss_scale=self.loss_scale, good_updates=self.good_updates)
+        self._dropout_keys = DropoutKeys()
+        use_keyed_dropout(self.model, self._dropout_keys)
         self._variables = list(self.model.trainable_variables)
         self._names = [variable_name(v) for v in self._variables]
         self._train_steps = tf.function(self._train_steps_fn)
@@ -164,6 +236,11 @@ class Trainer:
     def samples(self) -> int:
         """Records trained."""
         return int(self.trained_samples.numpy())
+
+    def set_seed(self, seed: int) -> None:
+        """Set the run's seed, which keys the dropout masks (and which the caller uses for
+        the data order); a run starting from scratch sets it, a resumed run restores it."""
+        self.run_seed.assign(int(seed))
 
     def initialize_weights(self, seed: int) -> None:
         """Draw fresh weights that depend only on `seed` (not on the strategy or device count).
@@ -209,7 +286,7 @@ class Trainer:
             trained_samples=self.trained_samples)
         try:
             status = checkpoint.read(path)
-        except (tf.errors.OpError, ValueError) as err:
+        except ckpt.READ_ERRORS as err:
             message = str(getattr(err, "message", err)).strip().splitlines()[0]
             raise ckpt.CheckpointError(f"{path}: cannot read checkpoint ({message})") from err
         try:
@@ -223,8 +300,13 @@ class Trainer:
                      self.samples)
 
     # ------------------------------------------------------------------ training
-    def _micro_gradients(self, features):
-        with tf.GradientTape() as tape:
+    def _dropout_key(self, micro_step: tf.Tensor, replica) -> tf.Tensor:
+        """The dropout key of one micro-step on one replica (global replica id)."""
+        base = tf.stack([tf.convert_to_tensor(self.run_seed), micro_step])
+        return tf.random.experimental.stateless_fold_in(base, tf.cast(replica, tf.int64))
+
+    def _micro_gradients(self, features, dropout_key):
+        with tf.GradientTape() as tape, self._dropout_keys.using(dropout_key):
             outputs = _float32_outputs(self.model(features, training=True))
             losses = pretraining_losses(outputs, features)
             loss = losses["total_loss"]
@@ -241,14 +323,19 @@ class Trainer:
                                 losses["next_sentence_loss"]])
         return grads, loss_vector
 
-    def _replica_update(self, batch):
+    def _replica_update(self, batch, first_step):
+        """One update's gradients on this replica; `first_step` is the global step (micro-steps)
+        before the update, micro-batch i being micro-step first_step + i."""
         n = self.steps_per_update
+        context = tf.distribute.get_replica_context()
+        replica = context.replica_id_in_sync_group
         if n == 1:
-            grads, losses = self._micro_gradients(batch)
+            grads, losses = self._micro_gradients(batch, self._dropout_key(first_step, replica))
         else:
             def body(i, accumulated, loss_sum):
                 micro = tf.nest.map_structure(lambda t: t[i], batch)
-                grads, losses = self._micro_gradients(micro)
+                key = self._dropout_key(first_step + tf.cast(i, tf.int64), replica)
+                grads, losses = self._micro_gradients(micro, key)
                 accumulated = [a + g / n for a, g in zip(accumulated, grads)]
                 return i + 1, accumulated, loss_sum + losses
 
@@ -256,7 +343,6 @@ class Trainer:
             _, grads, loss_sum = tf.while_loop(
                 lambda i, *_: i < n, body, (tf.constant(0), zeros, tf.zeros([3])))
             losses = loss_sum / n
-        context = tf.distribute.get_replica_context()
         if context.num_replicas_in_sync > 1:
             grads = context.all_reduce(tf.distribute.ReduceOp.MEAN, grads)
         if self.clip_after_allreduce:
@@ -309,12 +395,14 @@ class Trainer:
         self.trained_samples.assign_add(n * self.train_batch_size)
         return lr
 
-    def _train_steps_fn(self, iterator, num_updates):
+    def _train_steps_fn(self, iterator, num_updates, first_step):
         strategy = self.strategy
+        n = self.steps_per_update
         loss_sum = tf.zeros([3])
         lr = tf.constant(0.0)
-        for _ in tf.range(num_updates):
-            losses, lr = strategy.run(self._replica_update, args=(next(iterator),))
+        for k in tf.range(num_updates):
+            step = first_step + tf.cast(k, tf.int64) * n
+            losses, lr = strategy.run(self._replica_update, args=(next(iterator), step))
             loss_sum += strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, axis=None)
             lr = strategy.experimental_local_results(lr)[0]
         return loss_sum / tf.cast(num_updates, tf.float32), lr
@@ -325,7 +413,8 @@ class Trainer:
         `iterator` iterates a distributed dataset whose elements hold one update's micro-batches
         (see reference.input_pipeline.train_dataset).
         """
-        losses, lr = self._train_steps(iterator, tf.constant(num_updates, tf.int32))
+        losses, lr = self._train_steps(iterator, tf.constant(num_updates, tf.int32),
+                                       tf.constant(self.step, tf.int64))
         losses = losses.numpy()
         return {"total_loss": float(losses[0]), "masked_lm_loss": float(losses[1]),
                 "next_sentence_loss": float(losses[2]), "learning_rate": float(lr)}

@@ -1,0 +1,359 @@
+"""Bad inputs end `run_pretraining` with one line "error: <file>: <problem>" and exit status 1.
+
+Damaged TFRecords are real files written with our writer (synthetic_data) and then damaged: a
+flipped payload byte (CRC mismatch), a file cut in the middle of a record, a record re-encoded
+with a feature of the wrong length. The record scanner is checked in-process on each kind of
+damage; the command line is run as a subprocess for a training file damaged past its first
+record (found mid-training), a damaged eval file (found before training starts), a BERT config
+that does not fit the checkpoint, and flags out of range.
+"""
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from absl import flags
+
+from cleanup_scripts.pretraining_features import encode_examples, write_records
+from reference import input_pipeline
+from reference import run_pretraining as rp
+from tests.reference import synthetic_data
+from tests.reference.test_run_pretraining import as_flags, read_mllog, run_trainer
+
+BAD_INDEX = 150  # the damaged record of a 256-record file: well past the first one
+SEQ, PRED = synthetic_data.SEQ_LENGTH, synthetic_data.MAX_PREDICTIONS
+
+
+# ------------------------------------------------------------------------------ damaging files
+def record_offsets(path: Path) -> list[int]:
+    """Byte offset of each record of a (sound) TFRecord file."""
+    data, offsets, pos = path.read_bytes(), [], 0
+    while pos < len(data):
+        offsets.append(pos)
+        pos += 12 + struct.unpack("<Q", data[pos:pos + 8])[0] + 4
+    return offsets
+
+
+def flip_payload_byte(path: Path, index: int) -> None:
+    """Flip one bit in the data of record `index`: its data CRC no longer matches."""
+    data = bytearray(path.read_bytes())
+    data[record_offsets(path)[index] + 12 + 20] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def flip_length_byte(path: Path, index: int) -> None:
+    """Flip one bit in the length field of record `index`: its length CRC no longer matches."""
+    data = bytearray(path.read_bytes())
+    data[record_offsets(path)[index]] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def truncate_in_record(path: Path, index: int, keep: int = 30) -> int:
+    """Cut the file `keep` bytes into record `index`; returns the new size in bytes."""
+    size = record_offsets(path)[index] + keep
+    path.write_bytes(path.read_bytes()[:size])
+    return size
+
+
+def write_with_bad_record(path: Path, count: int, index: int, seed: int, **columns) -> Path:
+    """`count` synthetic records whose record `index` has the given feature columns instead
+    (each a 1-row array, e.g. input_ids of another length; None drops the feature)."""
+    good = synthetic_data.make_columns(count, seed)
+    row = {name: values[index:index + 1] for name, values in good.items()}
+    row.update(columns)
+    records = encode_examples(good)
+    records[index] = encode_examples({k: v for k, v in row.items() if v is not None})[0]
+    with open(path, "wb") as handle:
+        write_records(handle, records)
+    return path
+
+
+def ids(length: int) -> np.ndarray:
+    return np.full((1, length), 9, np.int64)
+
+
+# ------------------------------------------------------------------------------ the scanner
+@pytest.mark.parametrize("damage, problem", [
+    (flip_payload_byte, "CRC mismatch (data corrupted)"),
+    (flip_length_byte, "length CRC mismatch (data corrupted)"),
+])
+def test_checksum_errors_name_the_record(tmp_path, damage, problem):
+    path = synthetic_data.write_tfrecord(tmp_path / "part-00000", 256, seed=1)
+    damage(path, BAD_INDEX)
+    bad = input_pipeline.find_bad_record([str(path)], SEQ, PRED)
+    assert bad == input_pipeline.BadRecord(str(path), BAD_INDEX, problem)
+    assert str(bad) == f"{path}: record {BAD_INDEX}: {problem}"
+
+
+def test_truncated_file_names_the_record_and_byte(tmp_path):
+    path = synthetic_data.write_tfrecord(tmp_path / "part-00000", 256, seed=1)
+    start = record_offsets(path)[BAD_INDEX]
+    size = truncate_in_record(path, BAD_INDEX)
+    bad = input_pipeline.find_bad_record([str(path)], SEQ, PRED)
+    assert (bad.index, bad.problem.split(" (")[0]) == (BAD_INDEX, f"truncated at byte {size}")
+    assert f"the record starts at byte {start}" in bad.problem
+    truncate_in_record(path, BAD_INDEX - 1, keep=5)  # inside the 12-byte header
+    bad = input_pipeline.find_bad_record([str(path)], SEQ, PRED)
+    assert bad.index == BAD_INDEX - 1 and "header" in bad.problem
+
+
+@pytest.mark.parametrize("columns, problem", [
+    ({"input_ids": ids(SEQ - 4)}, f"feature input_ids has {SEQ - 4} values, expected "
+     f"--max_seq_length={SEQ}"),
+    ({"masked_lm_ids": ids(PRED + 1)}, f"feature masked_lm_ids has {PRED + 1} values, "
+     f"expected --max_predictions_per_seq={PRED}"),
+    ({"next_sentence_labels": ids(2)}, "feature next_sentence_labels has 2 values, "
+     "expected 1"),
+    ({"segment_ids": None}, "feature segment_ids is missing"),
+    ({"input_mask": np.ones((1, SEQ), np.float32)},
+     "feature input_mask holds float32 values, expected int64"),
+])
+def test_records_of_other_shapes_name_the_feature(tmp_path, columns, problem):
+    path = write_with_bad_record(tmp_path / "part-00000", 1500, 1200, seed=1, **columns)
+    bad = input_pipeline.find_bad_record([str(path)], SEQ, PRED)
+    assert bad == input_pipeline.BadRecord(str(path), 1200, problem)  # in the second chunk
+
+
+def test_scan_follows_file_order_and_limit(tmp_path):
+    good = synthetic_data.write_tfrecord(tmp_path / "a", 100, seed=1)
+    damaged = synthetic_data.write_tfrecord(tmp_path / "b", 100, seed=2)
+    flip_payload_byte(damaged, 10)
+    files = [str(good), str(damaged)]
+    assert input_pipeline.find_bad_record(files, SEQ, PRED).path == str(damaged)
+    assert input_pipeline.find_bad_record(files, SEQ, PRED, limit=110) is None
+    assert input_pipeline.find_bad_record(files, SEQ, PRED, limit=111).index == 10
+    assert input_pipeline.check_all_records(files, SEQ, PRED, "--eval_file", limit=110) == 110
+    assert input_pipeline.find_bad_record(files[:1], SEQ, PRED) is None
+
+
+def test_first_records_of_every_training_file_are_checked(tmp_path):
+    files = [str(synthetic_data.write_tfrecord(tmp_path / f"part-{i}", 8, seed=i))
+             for i in range(3)]
+    input_pipeline.check_first_records(files, SEQ, PRED)
+    write_with_bad_record(Path(files[2]), 8, 0, seed=2, input_ids=ids(SEQ + 1))
+    with pytest.raises(input_pipeline.InputError) as err:
+        input_pipeline.check_first_records(files, SEQ, PRED)
+    assert str(err.value) == (f"--input_file: {files[2]}: records do not match --max_seq_length="
+                              f"{SEQ} --max_predictions_per_seq={PRED} (record 0: feature "
+                              f"input_ids has {SEQ + 1} values, expected --max_seq_length={SEQ})")
+    Path(files[1]).write_bytes(b"")
+    with pytest.raises(input_pipeline.InputError, match=f"^--input_file: {files[1]}: holds no "
+                                                        "records$"):
+        input_pipeline.check_first_records(files, SEQ, PRED)
+
+
+# ------------------------------------------------------------------------------ flags
+def parse(*argv: str) -> flags.FlagValues:
+    values = rp.define_flags(flags.FlagValues())
+    values(["run_pretraining", *argv])
+    return values
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return synthetic_data.write_dataset(tmp_path_factory.mktemp("bad") / "data",
+                                        train_files=2, train_records=256, eval_records=200)
+
+
+RUN_FLAGS = {"do_train": "true", "do_eval": "true", "train_batch_size": 64,
+             "eval_batch_size": 100, "max_eval_steps": 2, "learning_rate": 0.01,
+             "num_train_steps": 40, "num_warmup_steps": 0, "iterations_per_loop": 5,
+             "save_checkpoints_steps": 10, "seed": 3}
+
+
+def run_args(data: dict, out: Path, **extra) -> list[str]:
+    return [*as_flags({**data, **RUN_FLAGS, **extra}), f"--output_dir={out}"]
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"train_batch_size": -8}, "--train_batch_size=-8 must be at least 1"),
+    ({"eval_batch_size": 0}, "--eval_batch_size=0 must be at least 1"),
+    ({"max_eval_steps": 0}, "--max_eval_steps=0 must be at least 1"),
+    ({"steps_per_update": 0}, "--steps_per_update=0 must be at least 1"),
+    ({"iterations_per_loop": 0}, "--iterations_per_loop=0 must be at least 1"),
+    ({"num_train_steps": 0}, "--num_train_steps=0 must be at least 1"),
+    ({"save_checkpoints_steps": -1}, "--save_checkpoints_steps=-1 must be at least 1"),
+    ({"stop_steps": 0}, "--stop_steps=0 must be at least 1"),
+    ({"num_tpu_cores": 0}, "--num_tpu_cores=0 must be at least 1"),
+    ({"keep_checkpoint_max": -1}, "--keep_checkpoint_max=-1 must be >= 0"),
+    ({"eval_frequency_samples": -5}, "--eval_frequency_samples=-5 must be >= 0"),
+    ({"num_gpus": -1}, "--num_gpus=-1 must be >= 0"),
+    ({"cpu_devices": -2}, "--cpu_devices=-2 must be >= 0"),
+    ({"num_warmup_steps": 41}, "--num_warmup_steps=41 must be in [0, --num_train_steps=40]"),
+    ({"num_warmup_steps": -1}, "--num_warmup_steps=-1 must be in [0, --num_train_steps=40]"),
+    ({"num_warmup_steps": 4, "start_warmup_step": 2},
+     "--start_warmup_step=2 must be <= 0 (a later start gives negative learning rates"),
+    ({"seed": -1}, "--seed=-1 must be in [0, 2147483647]"),
+    ({"learning_rate": 0}, "--learning_rate=0.0 must be > 0"),
+    ({"learning_rate": "inf"}, "--learning_rate=inf must be a finite number"),
+    ({"learning_rate": "nan"}, "--learning_rate=nan must be a finite number"),
+    ({"poly_power": -1}, "--poly_power=-1.0 must be > 0"),
+    ({"lamb_beta_1": 1.0}, "--lamb_beta_1=1.0 must be in (0, 1)"),
+    ({"lamb_beta_2": -0.1}, "--lamb_beta_2=-0.1 must be in (0, 1)"),
+    ({"lamb_weight_decay_rate": -0.01}, "--lamb_weight_decay_rate=-0.01 must be >= 0"),
+    ({"log_epsilon": 1}, "--log_epsilon=1.0 must be in [-30, 0] (epsilon"),
+    ({"log_epsilon": -400}, "--log_epsilon=-400.0 must be in [-30, 0] (epsilon"),
+    ({"target_mlm_accuracy": 0}, "--target_mlm_accuracy=0.0 must be in (0, 1]"),
+    ({"target_mlm_accuracy": 1.01}, "--target_mlm_accuracy=1.01 must be in (0, 1]"),
+    ({"dropout_override": 1.0}, "--dropout_override=1.0 must be in [0, 1)"),
+    ({"max_seq_length": SEQ + 1}, f"--max_seq_length={SEQ + 1} must be in [2, "
+     f"max_position_embeddings={SEQ}]"),
+    ({"max_predictions_per_seq": SEQ + 1}, f"--max_predictions_per_seq={SEQ + 1} must be in "
+     "[1, --max_seq_length]"),
+])
+def test_flags_out_of_range_name_the_flag_and_range(data, tmp_path, extra, message):
+    with pytest.raises(rp.UsageError) as err:
+        rp.options_from_flags(parse(*run_args(data, tmp_path / "out", **extra)))
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def assert_one_error_line(result, expected: str) -> None:
+    """Exit status 1, no traceback, and stderr's only `error:` line, its last, is `expected`."""
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert [line for line in lines if line.startswith("error:")] == [expected]
+    assert lines[-1] == expected
+    assert "run_pretraining:" not in result.stdout  # no summary of a finished run
+
+
+@pytest.mark.parametrize("extra, message", [
+    pytest.param({"num_warmup_steps": 50}, "--num_warmup_steps=50 must be in [0, "
+                 "--num_train_steps=40]", marks=pytest.mark.slow),
+    ({"cpu_devices": 2, "eval_batch_size": 3},
+     "--eval_batch_size=3 is not a multiple of the 2 replicas"),
+])
+def test_flag_errors_on_the_command_line(data, tmp_path, extra, message):
+    out = tmp_path / "out"
+    result = run_trainer(*run_args(data, out, **extra), check=False)
+    assert_one_error_line(result, f"error: {message}")
+    assert not out.exists()
+
+
+# ------------------------------------------------------------------------------ damaged data
+def damaged_dataset(root: Path, damage, target: str) -> tuple[dict, Path]:
+    """The tiny dataset with file `target` ("part-00001-of-00002" or "eval_10k") damaged at
+    record BAD_INDEX by `damage` (a function of path and index)."""
+    data = synthetic_data.write_dataset(root, train_files=2, train_records=256,
+                                        eval_records=200)
+    damage(root / target, BAD_INDEX)
+    return data, root / target
+
+
+def wrong_length(path: Path, index: int) -> None:
+    """Re-write the file (256 records, seed of part-00001) with input_ids of record `index`
+    four values short."""
+    write_with_bad_record(path, 256, index, seed=101, input_ids=ids(SEQ - 4))
+
+
+def test_damaged_training_record_is_located_mid_training(tmp_path):
+    data, bad = damaged_dataset(tmp_path / "data", flip_payload_byte, "part-00001-of-00002")
+    out = tmp_path / "out"
+    result = run_trainer(*run_args(data, out), check=False)
+    assert_one_error_line(result, f"error: --input_file: {bad}: record {BAD_INDEX}: CRC "
+                                  "mismatch (data corrupted)")
+    records = read_mllog(out / "mlperf.log")
+    keys = [r["key"] for r in records]
+    assert "run_start" in keys  # training had started: the first records were fine
+    assert not [r for r in records if r["key"] == "run_stop"
+                and r["metadata"].get("status") == "success"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage, problem", [
+    (wrong_length, f"feature input_ids has {SEQ - 4} values, expected --max_seq_length={SEQ}"),
+    (truncate_in_record, "truncated at byte"),
+])
+def test_other_damage_to_a_training_file_is_located_mid_training(tmp_path, damage, problem):
+    data, bad = damaged_dataset(tmp_path / "data", damage, "part-00001-of-00002")
+    result = run_trainer(*run_args(data, tmp_path / "out"), check=False)
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert len(lines) == 1
+    assert lines[0].startswith(f"error: --input_file: {bad}: record {BAD_INDEX}: {problem}")
+
+
+@pytest.mark.parametrize("damage, problem", [
+    (wrong_length, f"feature input_ids has {SEQ - 4} values, expected --max_seq_length={SEQ}"),
+    pytest.param(flip_payload_byte, "CRC mismatch (data corrupted)", marks=pytest.mark.slow),
+])
+def test_damaged_eval_file_fails_before_training(tmp_path, damage, problem):
+    data, bad = damaged_dataset(tmp_path / "data", damage, "eval_10k")
+    out = tmp_path / "out"
+    result = run_trainer(*run_args(data, out), check=False)
+    assert_one_error_line(result, f"error: --eval_file: {bad}: record {BAD_INDEX}: {problem}")
+    assert not out.exists()  # no MLPerf log (no run_start), no checkpoint
+
+
+@pytest.mark.parametrize("damage, problem", [
+    (flip_length_byte, "length CRC mismatch (data corrupted)"),
+    (truncate_in_record, "truncated at byte"),
+])
+def test_eval_file_is_checked_in_full_by_the_flag_checks(tmp_path, damage, problem):
+    data, bad = damaged_dataset(tmp_path / "data", damage, "eval_10k")
+    with pytest.raises(input_pipeline.InputError) as err:
+        rp.options_from_flags(parse(*run_args(data, tmp_path / "out")))
+    assert str(err.value).startswith(f"--eval_file: {bad}: record {BAD_INDEX}: {problem}")
+    # Only the records evaluated are read: eval_batch_size * max_eval_steps = 100 of them.
+    options = rp.options_from_flags(parse(*run_args(data, tmp_path / "out",
+                                                    max_eval_steps=1)))
+    assert options.eval_records == 100
+
+
+def test_eval_files_that_match_nothing_or_hold_nothing(data, tmp_path):
+    empty = tmp_path / "eval_empty"
+    empty.write_bytes(b"")
+    with pytest.raises(input_pipeline.InputError, match=f"^--eval_file: {empty}: holds no "
+                                                        "records$"):
+        rp.options_from_flags(parse(*run_args({**data, "eval_file": str(empty)},
+                                              tmp_path / "out")))
+    pattern = str(tmp_path / "eval-*")
+    with pytest.raises(input_pipeline.InputError, match="^--eval_file=.*/eval-\\*: no file "
+                                                        "matches$"):
+        rp.options_from_flags(parse(*run_args({**data, "eval_file": pattern},
+                                              tmp_path / "out")))
+
+
+# ------------------------------------------------------------------------------ config vs ckpt
+def write_config(path: Path, base: Path, **changes) -> Path:
+    """A copy of the bert_config.json at `base` with some values changed."""
+    path.write_text(json.dumps({**json.loads(base.read_text()), **changes}))
+    return path
+
+
+@pytest.mark.parametrize("changes, tensor", [
+    ({"hidden_size": 128}, "bert/embeddings/word_embeddings has shape [256, 64]"),
+    pytest.param({"num_hidden_layers": 3}, "missing bert/encoder/layer_2/",
+                 marks=pytest.mark.slow),
+])
+def test_config_that_does_not_fit_the_init_checkpoint_names_both_files(
+        data, tmp_path, ref_dir, ref_results, changes, tensor):
+    config = write_config(tmp_path / "bert_config.json", ref_dir / ref_results["bert_config"],
+                          **changes)
+    checkpoint = ref_dir / ref_results["tf1_checkpoint"]
+    result = run_trainer(*run_args({**data, "bert_config_file": str(config)}, tmp_path / "out",
+                                   init_checkpoint=checkpoint), check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {checkpoint}: ") and tensor in last
+    assert last.endswith(f"(model of --bert_config_file={config})")
+    assert "run_start" not in (tmp_path / "out" / "mlperf.log").read_text()
+
+
+@pytest.mark.slow
+def test_config_that_does_not_fit_the_checkpoint_resumed_names_both_files(data, tmp_path):
+    out = tmp_path / "out"
+    first = run_trainer(*run_args(data, out, stop_steps=5))
+    assert "aborted at step 5" in first.stdout
+    config = write_config(tmp_path / "wider.json", Path(data["bert_config_file"]),
+                          hidden_size=64)
+    result = run_trainer(*run_args({**data, "bert_config_file": str(config)}, out),
+                         check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {out / 'model.ckpt-5'}: ")
+    assert last.endswith(f"(model of --bert_config_file={config})")
+    assert len([r for r in read_mllog(out / "mlperf.log") if r["key"] == "run_start"]) == 1
