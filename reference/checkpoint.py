@@ -232,6 +232,15 @@ def expand_table(table: Sequence[tuple[str, str, str]],
     return rows
 
 
+def _deeper_layer_entries(table: Sequence[tuple[str, str, str]], num_layers: int,
+                          shapes: dict) -> list[str]:
+    """Checkpoint entries that belong to an encoder layer after the model's last one (the
+    checkpoint is of a deeper model)."""
+    have = {row[0] for row in expand_table(table, num_layers)}
+    return [row[0] for row in expand_table(table, num_layers + 1)
+            if row[0] not in have and row[0] in shapes]
+
+
 def _expected_shape(transform: str, var_shape: list[int], heads: int) -> list[int]:
     if transform == "copy":
         return list(var_shape)
@@ -306,6 +315,11 @@ def restore_with_table(model, path: str | os.PathLike,
     rows = expand_table(table, config.num_hidden_layers)
 
     # Check everything before assigning anything.
+    deeper = _deeper_layer_entries(table, config.num_hidden_layers, shapes)
+    if deeper:
+        raise CheckpointError(f"{path}: holds encoder layer {config.num_hidden_layers} "
+                              f"({deeper[0]}) but bert_config has only "
+                              f"{config.num_hidden_layers} layers")
     plan = []
     for ckpt_name, var_name, transform in rows:
         if var_name not in variables:

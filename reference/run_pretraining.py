@@ -451,8 +451,10 @@ def _write_eval_results(output_dir: str, step: int, metrics: dict[str, float]) -
     import tensorflow as tf
     path = os.path.join(output_dir, "eval_results.txt")
     lines = [f"global_step = {step}"] + [f"{key} = {metrics[key]}" for key in sorted(metrics)]
-    with tf.io.gfile.GFile(path, "w") as out:
+    partial = f"{path}.partial-{os.getpid()}"  # written whole, then renamed over the old one
+    with tf.io.gfile.GFile(partial, "w") as out:
         out.write("\n".join(lines) + "\n")
+    tf.io.gfile.rename(partial, path, overwrite=True)
     logging.info("eval results (%s): %s", path, ", ".join(lines))
 
 
@@ -584,10 +586,12 @@ def evaluate_only(options: RunOptions, strategy=None) -> RunResult:
     strategy: the tf.distribute strategy (default: made from options.strategy).
     """
     from reference import checkpoint as ckpt
+    from reference.trainer import CHECKPOINT_NAME
     run = _Run(options, strategy)
     tf = run.tf
     trainer = run.build_trainer()
-    source = options.init_checkpoint or tf.train.latest_checkpoint(options.output_dir)
+    source = options.init_checkpoint or ckpt.latest_complete_checkpoint(
+        options.output_dir, CHECKPOINT_NAME)[0]
     if not source:
         raise UsageError(f"nothing to evaluate: no --init_checkpoint and no checkpoint in "
                          f"{options.output_dir}")
@@ -596,7 +600,10 @@ def evaluate_only(options: RunOptions, strategy=None) -> RunResult:
     except ckpt.CheckpointError:
         fmt = None
     if fmt is None:
-        path = tf.train.latest_checkpoint(source) if tf.io.gfile.isdir(source) else source
+        path = ckpt.latest_complete_checkpoint(source, CHECKPOINT_NAME)[0] \
+            if tf.io.gfile.isdir(source) else source
+        if not path:
+            raise UsageError(f"{source}: holds no complete checkpoint to evaluate")
         trainer.restore(path, model_only=True)
     else:
         trainer.load_initial_checkpoint(source)

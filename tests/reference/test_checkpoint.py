@@ -62,6 +62,17 @@ def test_extra_layer_is_reported_missing(tiny_config, tf1_checkpoint):
         checkpoint.load_tf1_checkpoint(model, tf1_checkpoint)
 
 
+@pytest.mark.parametrize("layout", ["tf1", "tf2"])
+def test_checkpoint_of_a_deeper_model_is_refused(tiny_config, tf1_checkpoint, tf2_checkpoint,
+                                                 layout):
+    model = BertPretrainingModel(dataclasses.replace(tiny_config, num_hidden_layers=1),
+                                 name=f"one_layer_{layout}")
+    path = tf1_checkpoint if layout == "tf1" else tf2_checkpoint
+    with pytest.raises(CheckpointError, match="holds encoder layer 1 .* bert_config has only 1 "
+                                              "layers"):
+        checkpoint.load_initial_checkpoint(model, path)
+
+
 def test_heads_mismatch_in_tf2_layout(tiny_config, tf2_checkpoint):
     model = BertPretrainingModel(dataclasses.replace(tiny_config, num_attention_heads=2),
                                  name="two_heads")

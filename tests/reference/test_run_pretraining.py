@@ -160,6 +160,22 @@ def test_eval_only_uses_the_latest_checkpoint_and_matches_the_training_eval(clos
         assert ours[key] == pytest.approx(trained[key], abs=1e-6), key
 
 
+def test_eval_only_skips_a_damaged_newest_checkpoint(closed_run, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(closed_run["out"], out, ignore=shutil.ignore_patterns("eval_results.txt"))
+    steps = sorted(int(p.name.split("-")[1].split(".")[0]) for p in out.glob("model.ckpt-*.index"))
+    assert len(steps) >= 2
+    for data_file in out.glob(f"model.ckpt-{steps[-1]}.data-*"):
+        data_file.write_bytes(data_file.read_bytes()[:100])
+    data = closed_run["data"]
+    run_trainer(f"--bert_config_file={data['bert_config_file']}",
+                f"--input_file={data['eval_file']}", f"--output_dir={out}", "--do_eval",
+                "--nodo_train", "--eval_batch_size=500", "--max_eval_steps=20",
+                "--max_seq_length=16", "--max_predictions_per_seq=4")
+    assert read_eval_results(out / "eval_results.txt")["global_step"] == steps[-2]
+    assert not list(out.glob("eval_results.txt.partial-*"))
+
+
 def test_eval_only_of_the_reference_checkpoint_gives_the_reference_metrics(tmp_path, ref_dir,
                                                                            ref_results):
     run_trainer(f"--bert_config_file={ref_dir / ref_results['bert_config']}",
