@@ -15,12 +15,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from absl import flags
 
 from cleanup_scripts.pretraining_features import encode_examples, write_records
 from reference import input_pipeline
 from reference import run_pretraining as rp
 from tests.reference import synthetic_data
+from tests.reference.test_run_options import parse
 from tests.reference.test_run_pretraining import as_flags, read_mllog, run_trainer
 
 BAD_INDEX = 150  # the damaged record of a 256-record file: well past the first one
@@ -146,12 +146,6 @@ def test_first_records_of_every_training_file_are_checked(tmp_path):
 
 
 # ------------------------------------------------------------------------------ flags
-def parse(*argv: str) -> flags.FlagValues:
-    values = rp.define_flags(flags.FlagValues())
-    values(["run_pretraining", *argv])
-    return values
-
-
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     return synthetic_data.write_dataset(tmp_path_factory.mktemp("bad") / "data",
