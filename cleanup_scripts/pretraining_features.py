@@ -162,6 +162,143 @@ def encode_examples(columns: Mapping[str, np.ndarray]) -> list[bytes]:
     return out
 
 
+# ---- pretraining records from fragments ---------------------------------------------------------
+
+# Varints of PackedVarints hold at most 4 bytes: values below 2**28.
+MAX_PACKED_VARINT = 1 << 28
+
+
+class PackedVarints:
+    """Varint bytes of the ints 0 .. count - 1 (count <= 2**28), for encoding arrays of them.
+
+    Each varint sits in a little-endian uint32 (`words`), its used bytes flagged 1 in `used`.
+    """
+
+    def __init__(self, count: int):
+        if not 0 < count <= MAX_PACKED_VARINT:
+            raise ValueError(f"PackedVarints({count}): between 1 and {MAX_PACKED_VARINT}")
+        values = np.arange(count, dtype=np.uint32)
+        self.words = np.zeros(count, dtype="<u4")
+        self.used = np.zeros(count, dtype="<u4")
+        for index in range(4):
+            present = (values >> np.uint32(7 * index)) > 0
+            present[values == 0] = index == 0
+            more = (values >> np.uint32(7 * (index + 1))) > 0
+            byte = ((values >> np.uint32(7 * index)) & np.uint32(0x7F)) | (more << 7)
+            self.words |= np.where(present, byte, 0).astype("<u4") << np.uint32(8 * index)
+            self.used |= present.astype("<u4") << np.uint32(8 * index)
+        self.longest = int(((self.used.view(np.uint8).reshape(-1, 4)).sum(axis=1)).max())
+
+    def encode(self, values: np.ndarray, counts: np.ndarray) -> tuple[bytes, list[int]]:
+        """The varints of `values`, one after another, and the byte size of each run of
+        `counts[i]` values (the runs follow one another)."""
+        kept = np.flatnonzero(self.used.take(values).view(np.bool_))
+        data = self.words.take(values).view(np.uint8).take(kept).tobytes()
+        bounds = np.searchsorted(kept, 4 * np.concatenate(([0], np.cumsum(counts))))
+        return data, np.diff(bounds).tolist()
+
+
+class PretrainingEncoder:
+    """Framed TFRecords of pretraining Examples, assembled from precomputed byte fragments.
+
+    The bytes are those of `frame_record(encode_examples(columns))` for the same features: the
+    seven of `feature_spec` in order, each one packed list, varints minimal. Only three parts
+    vary freely (the varints of input_ids, masked_lm_positions and masked_lm_ids); input_mask,
+    segment_ids, masked_lm_weights and next_sentence_labels depend on a few lengths and are
+    sliced or looked up from fixed fragments; the feature headers depend on payload sizes and
+    are precomputed.
+    """
+
+    def __init__(self, max_seq_length: int, max_predictions_per_seq: int, id_count: int):
+        seq, pred = max_seq_length, max_predictions_per_seq
+        self.seq, self.pred = seq, pred
+        self.ids = PackedVarints(id_count)
+        self.positions = PackedVarints(seq)
+        # Feature headers by payload size (padding zeros included).
+        self._id_headers = [_header("input_ids", "int64", size)
+                            for size in range(seq * self.ids.longest + 1)]
+        self._position_headers = [_header("masked_lm_positions", "int64", size)
+                                  for size in range(pred * self.positions.longest + 1)]
+        self._label_headers = [_header("masked_lm_ids", "int64", size)
+                               for size in range(pred * self.ids.longest + 1)]
+        self._zeros = bytes(max(seq, pred))
+        self._ones = b"\x01" * seq
+        # By token count: the whole input_mask feature, then the head of segment_ids.
+        segment_header = _header("segment_ids", "int64", seq)
+        self._mask_then_segment = [_header("input_mask", "int64", seq) + self._ones[:count]
+                                   + self._zeros[:seq - count] + segment_header
+                                   for count in range(seq + 1)]
+        self._weights = [_header("masked_lm_weights", "float32", 4 * pred)
+                         + (np.arange(pred) < count).astype("<f4").tobytes()
+                         for count in range(pred + 1)]
+        self._next_sentence = [_header("next_sentence_labels", "int64", 1) + bytes([label])
+                               for label in (0, 1)]
+        # Bytes of a body besides the three variable payloads and their headers.
+        self._fixed_size = (len(self._mask_then_segment[0]) + seq + len(self._weights[0])
+                            + len(self._next_sentence[0]))
+        largest_body = (self._fixed_size + len(self._id_headers[-1]) + len(self._id_headers) - 1
+                        + len(self._position_headers[-1]) + len(self._position_headers) - 1
+                        + len(self._label_headers[-1]) + len(self._label_headers) - 1)
+        # Example heads by body size, and TFRecord heads (length, its masked CRC) by record size.
+        self._example_heads = [b"\x0a" + _varint(size) for size in range(largest_body + 1)]
+        largest_record = len(self._example_heads[-1]) + largest_body
+        self._frame_heads = [_frame_head(size) for size in range(largest_record + 1)]
+
+    def records(self, tokens: np.ndarray, token_counts: np.ndarray, a_lengths: np.ndarray,
+                positions: np.ndarray, labels: np.ndarray, mask_counts: np.ndarray,
+                next_sentence: np.ndarray) -> list[bytes]:
+        """Framed records, one per instance.
+
+        Instance r has `token_counts[r]` ids in `tokens` ([CLS] A [SEP] B [SEP], unpadded, the
+        A segment `a_lengths[r]` long) and `mask_counts[r]` masked positions (increasing) with
+        their original ids in `positions` and `labels`; `next_sentence[r]` is 0 or 1. The
+        instances' values follow one another in each array.
+        """
+        seq, pred, zeros, ones = self.seq, self.pred, self._zeros, self._ones
+        id_bytes, id_sizes = self.ids.encode(tokens, token_counts)
+        position_bytes, position_sizes = self.positions.encode(positions, mask_counts)
+        label_bytes, label_sizes = self.ids.encode(labels, mask_counts)
+        mask_then_segment, weights = self._mask_then_segment, self._weights
+        next_label, id_headers = self._next_sentence, self._id_headers
+        position_headers, label_headers = self._position_headers, self._label_headers
+        example_heads, frame_heads = self._example_heads, self._frame_heads
+        fixed_size, crc32c, pack = self._fixed_size, google_crc32c.value, struct.pack
+        out = []
+        id_at = position_at = label_at = 0
+        for count, a_length, id_size, masks, position_size, label_size, label in zip(
+                token_counts.tolist(), a_lengths.tolist(), id_sizes, mask_counts.tolist(),
+                position_sizes, label_sizes, next_sentence.tolist()):
+            pad, mask_pad = seq - count, pred - masks
+            pad_zeros, mask_zeros = zeros[:pad], zeros[:mask_pad]
+            id_header = id_headers[id_size + pad]
+            position_header = position_headers[position_size + mask_pad]
+            label_header = label_headers[label_size + mask_pad]
+            body_size = (fixed_size + len(id_header) + id_size + pad + len(position_header)
+                         + position_size + len(label_header) + label_size + 2 * mask_pad)
+            record = b"".join((
+                example_heads[body_size],
+                id_header, id_bytes[id_at:id_at + id_size], pad_zeros,
+                mask_then_segment[count], zeros[:a_length + 2], ones[:count - a_length - 2],
+                pad_zeros,
+                position_header, position_bytes[position_at:position_at + position_size],
+                mask_zeros,
+                label_header, label_bytes[label_at:label_at + label_size], mask_zeros,
+                weights[masks], next_label[label]))
+            crc = crc32c(record)
+            out.append(b"".join((frame_heads[len(record)], record, pack(
+                "<I", (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF))))
+            id_at += id_size
+            position_at += position_size
+            label_at += label_size
+        return out
+
+
+def _frame_head(size: int) -> bytes:
+    """The start of a TFRecord of `size` bytes: the length, then its masked CRC-32C."""
+    length = struct.pack("<Q", size)
+    return length + struct.pack("<I", masked_crc32c(length))
+
+
 # ---- protobuf decoding --------------------------------------------------------------------------
 
 class DecodeError(ValueError):

@@ -18,7 +18,8 @@ The pipeline is the usual BERT one, applied to a line of text:
 
 Steps 4-6 look at one whitespace-free word of step 3 at a time and at nothing else, so the
 tokens of a word never depend on its neighbours: `FullTokenizer` caches the token ids of each
-word it has seen, which makes tokenizing a corpus about as fast as splitting it.
+word it has seen (packed as bytes, so a line's ids are one join of its words'), which makes
+tokenizing a corpus about as fast as splitting it.
 
 With `preserve_unused_tokens=True` (off by default, as in the reference), a word that is an
 `[unusedN]` token of the vocabulary is kept whole: neither lower-cased nor split.
@@ -34,7 +35,8 @@ from __future__ import annotations
 import os
 import re
 import unicodedata
-from typing import Iterable, Sequence
+from array import array
+from typing import Callable, Iterable, Sequence
 
 from cleanup_scripts.fileio import InputError
 
@@ -97,7 +99,13 @@ _CLEANING_TABLE = _CleaningTable()
 
 
 def clean_text(text: str) -> str:
-    """Steps 1-2: drop invalid and control characters, normalise spaces, space out CJK."""
+    """Steps 1-2: drop invalid and control characters, normalise spaces, space out CJK.
+
+    Printable ASCII (space to "~") is left as it is by both steps, so such text is returned
+    without a lookup per character.
+    """
+    if text.isascii() and text.isprintable():
+        return text
     return text.translate(_CLEANING_TABLE)
 
 
@@ -277,6 +285,23 @@ class WordpieceTokenizer:
         return pieces
 
 
+class _WordIds(dict):
+    """{word: its token ids, packed as the bytes of an array of `typecode`}: a missing word is
+    tokenized by `word_ids` and kept, the whole cache being emptied first once it holds
+    _CACHE_LIMIT words (bounding memory)."""
+
+    def __init__(self, word_ids: Callable[[str], tuple[int, ...]], typecode: str):
+        super().__init__()
+        self._word_ids = word_ids
+        self._typecode = typecode
+
+    def __missing__(self, word: str) -> bytes:
+        if len(self) >= _CACHE_LIMIT:
+            self.clear()
+        ids = self[word] = array(self._typecode, self._word_ids(word)).tobytes()
+        return ids
+
+
 class FullTokenizer:
     """Text to BERT tokens or ids, with a per-word cache; see the module docstring."""
 
@@ -287,7 +312,9 @@ class FullTokenizer:
         self.inv_vocab = {index: token for token, index in self.vocab.items()}
         self.basic_tokenizer = BasicTokenizer(do_lower_case, self.vocab, preserve_unused_tokens)
         self.wordpiece_tokenizer = WordpieceTokenizer(self.vocab)
-        self._cache: dict[str, tuple[int, ...]] = {}
+        # Ids are packed in arrays of this type: 16 bits when the vocabulary allows.
+        self.typecode = "H" if len(self.vocab) <= 1 << 16 else "i"
+        self._cache = _WordIds(self._word_ids, self.typecode)
 
     def __len__(self) -> int:
         """Distinct tokens of the vocabulary (ids run from 0 to len - 1)."""
@@ -304,18 +331,14 @@ class FullTokenizer:
                 ids.extend(vocab[piece] for piece in self.wordpiece_tokenizer.tokenize_word(token))
         return tuple(ids)
 
+    def packed_ids(self, text: str | bytes) -> bytes:
+        """The token ids of `text` as the bytes of an array of `typecode`, word by word from
+        the word cache."""
+        return b"".join(map(self._cache.__getitem__, clean_text(to_text(text)).split()))
+
     def tokenize_to_ids(self, text: str | bytes) -> list[int]:
-        """The token ids of `text` (the ids of `tokenize(text)`), using the word cache."""
-        ids: list[int] = []
-        cache = self._cache
-        for word in to_text(text).translate(_CLEANING_TABLE).split():
-            word_ids = cache.get(word)
-            if word_ids is None:
-                if len(cache) >= _CACHE_LIMIT:
-                    cache.clear()
-                word_ids = cache[word] = self._word_ids(word)
-            ids.extend(word_ids)
-        return ids
+        """The token ids of `text` (the ids of `tokenize(text)`)."""
+        return array(self.typecode, self.packed_ids(text)).tolist()
 
     def tokenize(self, text: str | bytes) -> list[str]:
         """The WordPiece tokens of `text`."""

@@ -9,8 +9,6 @@ benchmark's flags on the reference-wiki_00-01 parts (fixtures/reference-wiki_00-
 from __future__ import annotations
 
 import os
-import random
-from array import array
 import re
 from pathlib import Path
 
@@ -18,10 +16,9 @@ import numpy as np
 import pytest
 
 from cleanup_scripts import VOCAB_FILE
-from cleanup_scripts.create_pretraining_data import (Corpus, InstanceMaker, MaskingConfig,
-                                                     write_pretraining_data)
-from cleanup_scripts.pretraining_features import (encode_examples, feature_spec, frame_record,
-                                                  read_records)
+from cleanup_scripts.create_pretraining_data import write_pretraining_data
+from cleanup_scripts.pretraining_features import (PretrainingEncoder, encode_examples,
+                                                  feature_spec, frame_record, read_records)
 from tests.conftest import run_module
 from tests.pretraining_cases import (FIXTURES, case_flags, flag_args, load_cases, mlperf_digests,
                                      write_vocab)
@@ -92,22 +89,40 @@ def test_library_call_and_globs(tmp_path):
     assert [list(tfrecord_digest(glob_output, 128, 20))] == case["expected"]
 
 
-def test_candidate_shuffle_is_random_shuffle():
-    """The inlined shuffle makes random.Random.shuffle's draws and permutation."""
-    config = MaskingConfig(512, 76, 0.15, 0.1, 30522, 103)
-    corpus = Corpus(array("H"))
-    for seed in range(30):
-        ours, reference = random.Random(seed), random.Random(seed)
-        maker = InstanceMaker(corpus, [], config, ours)
-        sizes = random.Random(seed + 100).sample(range(1, 255), 6) + [(1, 1), (255, 254), (1, 508)]
-        for size in sizes:
-            a_length, b_length = size if isinstance(size, tuple) else (size, 509 - size)
-            expected = list(range(1, a_length + 1)) + list(range(a_length + 2,
-                                                                 a_length + b_length + 2))
-            reference.shuffle(expected)
-            assert maker.shuffled_candidates(a_length, b_length) == expected
-            assert maker._random_word() == reference.randint(0, 30521)
-        assert ours.random() == reference.random()
+@pytest.mark.parametrize("seq, pred, id_count", [(512, 76, 30522), (16, 3, 300000),
+                                              (5, 1, 200), (130, 20, 3_000_000)])
+def test_encoder_writes_encode_examples_bytes(seq, pred, id_count):
+    """PretrainingEncoder's records are frame_record(encode_examples(...)) of the same rows."""
+    rng = np.random.default_rng(seq)
+    rows = 60
+    token_counts = rng.integers(5, seq + 1, rows)
+    token_counts[:2] = (5, seq)
+    a_lengths = np.array([rng.integers(1, count - 3) for count in token_counts])
+    mask_counts = np.array([rng.integers(1, min(pred, count - 3) + 1) for count in token_counts])
+    mask_counts[:2] = (1, min(pred, seq - 3))
+    columns = {name: np.zeros((rows, spec.length), dtype=np.float32 if spec.dtype == "float32"
+                              else np.int64) for name, spec in feature_spec(seq, pred).items()}
+    tokens, positions, labels = [], [], []
+    for row, (count, a_length, masks) in enumerate(zip(token_counts, a_lengths, mask_counts)):
+        edges = [value for value in (0, 1, 127, 128, 16383, 16384, 1 << 21, id_count - 1)
+                 if value < id_count]
+        ids = np.where(rng.random(count) < 0.3, rng.choice(edges, count),
+                       rng.integers(0, id_count, count))
+        chosen = np.sort(rng.choice(np.arange(1, count), masks, replace=False))
+        tokens.extend(ids)
+        positions.extend(chosen)
+        labels.extend(ids[chosen])
+        columns["input_ids"][row, :count] = ids
+        columns["input_mask"][row, :count] = 1
+        columns["segment_ids"][row, a_length + 2:count] = 1
+        columns["masked_lm_positions"][row, :masks] = chosen
+        columns["masked_lm_ids"][row, :masks] = ids[chosen]
+        columns["masked_lm_weights"][row, :masks] = 1.0
+        columns["next_sentence_labels"][row] = row % 2
+    encoder = PretrainingEncoder(seq, pred, id_count)
+    records = encoder.records(np.array(tokens), token_counts, a_lengths, np.array(positions),
+                              np.array(labels), mask_counts, np.arange(rows) % 2)
+    assert records == [frame_record(record) for record in encode_examples(columns)]
 
 
 def test_records_are_valid_examples_for_tensorflow(tmp_path):
@@ -203,6 +218,7 @@ def test_unwritable_output(tmp_path):
 
 @pytest.mark.parametrize("flag, message", [
     ("--max_seq_length=4", "must be at least 5"),
+    ("--max_seq_length=4097", "at most 4096"),
     ("--max_predictions_per_seq=0", "must be at least 1"),
     ("--dupe_factor=0", "must be at least 1"),
     ("--masked_lm_prob=1.5", "between 0 and 1"),

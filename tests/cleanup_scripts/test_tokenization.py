@@ -11,6 +11,7 @@ import hashlib
 import json
 import random
 import unicodedata
+from array import array
 
 import pytest
 
@@ -174,3 +175,53 @@ def test_missing_vocab_is_an_input_error(tmp_path):
     for path in (tmp_path / "absent.txt", tmp_path):
         with pytest.raises(InputError, match="cannot read vocab file"):
             load_vocab(path)
+
+
+def adversarial_words(seed: int, count: int) -> list[str]:
+    """Random words mixing ASCII (control characters included), accents, CJK, punctuation,
+    spaces of other scripts, [unusedN] tokens, and words beyond 200 code points."""
+    rng = random.Random(seed)
+    pieces = ([chr(cp) for cp in range(128)]
+              + list("\u00e9\u00c9\u0301\u0131\u0130\u00df\u1e9e\u2014\u00bf\u3002")
+              + list("\u4e2d\u6587\u3042\uac00\u0416\u05d0\u0627\u0e01")
+              + ["\u00a0", "\u2028", "\u200b", "\ufffd", "\x00", "\u0085", "\U0001F600"]
+              + ["[unused5]", "[unused993]", "[UNUSED5]", "[unused]", "##", "un", "aff", "able"])
+    words = []
+    for _ in range(count):
+        length = rng.choice([1, 2, 3, 8, 30, 199, 200, 201, 250])
+        words.append("".join(rng.choice(pieces) for _ in range(length))[:length])
+    return words
+
+
+def test_clean_text_skips_lookups_only_for_printable_ascii():
+    words = adversarial_words(1, 2000) + ["".join(map(chr, range(32, 127))), "a\tb", "a\x7fb"]
+    for text in words + [" ".join(words[index:index + 7]) for index in range(0, 2000, 7)]:
+        assert clean_text(text) == text.translate(tokenization._CLEANING_TABLE), repr(text)
+
+
+@pytest.mark.parametrize("do_lower_case, preserve", [(True, False), (False, False), (True, True)])
+def test_packed_ids_are_the_tokens_ids(do_lower_case, preserve):
+    """ids and packed ids equal the vocabulary ids of the uncached tokens."""
+    tokenizer = FullTokenizer(VOCAB_FILE, do_lower_case, preserve)
+    basic = BasicTokenizer(do_lower_case, tokenizer.vocab, preserve)
+    wordpiece = WordpieceTokenizer(tokenizer.vocab)
+    words = adversarial_words(2, 3000)
+    lines = [" ".join(words[index:index + 5]) for index in range(0, len(words), 5)]
+    for line in lines:
+        expected = [tokenizer.vocab[token] if basic.preserved(token) else tokenizer.vocab[piece]
+                    for token in basic.tokenize(line)
+                    for piece in ([token] if basic.preserved(token)
+                                  else wordpiece.tokenize_word(token))]
+        assert tokenizer.tokenize_to_ids(line) == expected, repr(line)
+        assert array(tokenizer.typecode, tokenizer.packed_ids(line)).tolist() == expected
+
+
+def test_ids_beyond_16_bits_are_packed_in_32(tmp_path):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+                               + [f"w{index}" for index in range(70_000)]) + "\n")
+    tokenizer = FullTokenizer(vocab)
+    assert tokenizer.typecode == "i"
+    packed = tokenizer.packed_ids("w69999 w0 zz")
+    assert array("i", packed).tolist() == [70_004, 5, 1]
+    assert tokenizer.tokenize_to_ids("w69999 w0 zz") == [70_004, 5, 1]
