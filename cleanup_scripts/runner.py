@@ -76,21 +76,40 @@ def map_in_workers(function: Callable[[Item], Result], items: Sequence[Item], nw
         bar.close()
 
 
+class _WorkerPeak:
+    """The largest peak RSS (KiB) reported by a worker that is still running."""
+
+    kib = 0
+
+
+@dataclass(frozen=True)
+class _WithPeak:
+    """`function`, returning (its result, this worker process's peak RSS in KiB)."""
+
+    function: Callable
+
+    def __call__(self, item):
+        result = self.function(item)
+        return result, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
 def _collect(pool: multiprocessing.pool.Pool, function: Callable[[Item], Result],
              items: Sequence[Item], bar: tqdm) -> list[Result]:
     """`function` over `items` in `pool`, results in item order, advancing `bar` per item."""
     results = []
-    for result in pool.imap(function, items):
+    for result, peak_kib in pool.imap(_WithPeak(function), items):
         results.append(result)
+        _WorkerPeak.kib = max(_WorkerPeak.kib, peak_kib)
         bar.update()
     return results
 
 
 def peak_rss_mb() -> float:
-    """Peak resident memory of this process and its finished children, in MB."""
+    """Peak resident memory of the largest of this process, its finished children and the
+    pool workers that are still running, in MB."""
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return max(own, children) / 1024.0
+    return max(own, children, _WorkerPeak.kib) / 1024.0
 
 
 @dataclass

@@ -25,3 +25,17 @@ def test_calls_inside_shared_workers_reuse_one_pool():
     assert len(first | second) <= 2 and os.getpid() not in first | second
     separate = {pid for _, pid in map_in_workers(_worker_pid, list(range(40)), 2, desc="c")}
     assert not separate & (first | second)
+
+
+def _hold_memory(megabytes: int) -> int:
+    block = bytearray(megabytes * 1024 * 1024)
+    block[::4096] = b"x" * len(block[::4096])  # touch every page
+    return len(block)
+
+
+def test_peak_rss_counts_workers_of_a_shared_pool_that_are_still_running():
+    from cleanup_scripts.runner import peak_rss_mb
+    before = peak_rss_mb()
+    with shared_workers(2):
+        map_in_workers(_hold_memory, [int(before) + 200, 1], 2, desc="memory")
+        assert peak_rss_mb() >= before + 200
