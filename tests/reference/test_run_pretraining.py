@@ -260,5 +260,7 @@ def test_config_that_does_not_fit_the_checkpoint_is_one_line(small_data, tmp_pat
                          f"--output_dir={tmp_path / 'out'}", check=False)
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: ") and "bert/embeddings/word_embeddings has shape" in last
+    # The synthetic config has 1 layer (and another vocabulary) against the checkpoint's 2.
+    assert last.startswith("error: ") and "holds encoder layer 1" in last
+    assert f"--bert_config_file={small_data['bert_config_file']}" in last
     assert "Traceback" not in result.stderr
