@@ -349,19 +349,20 @@ def run_pipeline(output_dir: str, options: Options) -> None:
         key = keys[stage.name]
         finished, started = _markers(layout, stage)
         ledger = OutputLedger(layout.state_dir / f"{stage.name}.outputs", layout.root)
-        recorded = ledger.entries()
-        if _holds(finished, key):
+        repairing = _holds(finished, key)
+        recorded = ledger.entries() if repairing else {}
+        if repairing:
             damaged = ledger.damaged(options.verify_outputs)
             if not damaged:
                 logging.info("%s: already done with these parameters, skipped", stage.name)
                 continue
             logging.warning("%s: %d finished output(s) missing or changed since (first: %s); "
                             "redoing them", stage.name, len(damaged), damaged[0])
-        elif not _holds(started, key):
-            ledger.reset()
-            if stage.output_dir is not None:
-                shutil.rmtree(stage.output_dir(layout), ignore_errors=True)
-        if not _holds(finished, key):
+        else:
+            if not _holds(started, key):
+                ledger.reset()
+                if stage.output_dir is not None:
+                    shutil.rmtree(stage.output_dir(layout), ignore_errors=True)
             finished.unlink(missing_ok=True)
             _forget_after(layout, index)
             layout.manifest.unlink(missing_ok=True)
