@@ -172,11 +172,10 @@ def bench_pretraining(reference_dir: Path, part: Path, copies: int, work: Path) 
     launcher = work / "tf1_launcher.py"
     launcher.write_text(_TF1_LAUNCHER)
     sources = []
+    text = part.read_bytes()
     for count in (copies, 2 * copies):
         source = work / f"part-x{count}.txt"
-        with open(source, "wb") as out:
-            for _ in range(count):
-                out.write(part.read_bytes())
+        source.write_bytes(text * count)
         sources.append(source)
     measured: dict[str, list[Measurement]] = {"reference": [], "ours": []}
     for source in sources:
