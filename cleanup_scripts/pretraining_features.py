@@ -262,7 +262,7 @@ class PretrainingEncoder:
         next_label, id_headers = self._next_sentence, self._id_headers
         position_headers, label_headers = self._position_headers, self._label_headers
         example_heads, frame_heads = self._example_heads, self._frame_heads
-        fixed_size, crc32c, pack = self._fixed_size, google_crc32c.value, struct.pack
+        fixed_size, pack = self._fixed_size, struct.pack
         out = []
         id_at = position_at = label_at = 0
         for count, a_length, id_size, masks, position_size, label_size, label in zip(
@@ -284,9 +284,8 @@ class PretrainingEncoder:
                 mask_zeros,
                 label_header, label_bytes[label_at:label_at + label_size], mask_zeros,
                 weights[masks], next_label[label]))
-            crc = crc32c(record)
-            out.append(b"".join((frame_heads[len(record)], record, pack(
-                "<I", (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF))))
+            out.append(b"".join((frame_heads[len(record)], record,
+                                 pack("<I", masked_crc32c(record)))))
             id_at += id_size
             position_at += position_size
             label_at += label_size
@@ -434,9 +433,7 @@ def masked_crc32c(data: bytes) -> int:
 
 def frame_record(data: bytes) -> bytes:
     """One TFRecord: length, its masked CRC, the data, the data's masked CRC."""
-    length = struct.pack("<Q", len(data))
-    return (length + struct.pack("<I", masked_crc32c(length)) + data
-            + struct.pack("<I", masked_crc32c(data)))
+    return _frame_head(len(data)) + data + struct.pack("<I", masked_crc32c(data))
 
 
 def write_records(handle: BinaryIO, records: Sequence[bytes]) -> None:

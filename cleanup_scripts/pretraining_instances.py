@@ -299,15 +299,15 @@ class InstanceMaker:
         """Advance past one instance's candidate shuffle and masking draws, and queue it."""
         stream = self.stream
         size = a_length + b_length
-        shuffle_start = stream.base + stream.pos
+        shuffle_start = stream.tell()
         stream.keep = shuffle_start  # a refill from here on keeps this instance's words
         used = self.shuffles.count(stream, size)
         stream.pos += used
         positions = self._positions[size]
-        mask_start = stream.base + stream.pos
+        mask_start = stream.tell()
         self.maskings.skip(stream, positions)
         self._pending.append((a_start, a_length, b_start, b_length, random_next, shuffle_start,
-                              used, mask_start, positions, stream.base + stream.pos))
+                              used, mask_start, positions, stream.tell()))
 
     def resolve(self) -> None:
         """Redo the pending instances' shuffles and masking draws; store the instances."""
