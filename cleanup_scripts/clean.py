@@ -171,6 +171,11 @@ def clean_file(input_path: str, output_path: str) -> int:
             data = handle.read()
     except OSError as err:
         raise InputError(f"{input_path}: cannot read ({err.strerror})") from err
+    return write_cleaned(data, output_path)
+
+
+def write_cleaned(data: bytes, output_path: str) -> int:
+    """Write `output_path` atomically: `data` through the clean.sh chain. Returns lines written."""
     cleaned = clean_bytes(data)
     with atomic_output(output_path, "wb") as out:
         out.write(cleaned)

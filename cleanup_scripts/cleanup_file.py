@@ -53,6 +53,11 @@ def read_text_lines(path: str) -> list[str]:
         raise InputError(f"{path}: cannot read ({err.strerror})") from err
 
 
+def stripped_bytes(path: str) -> bytes:
+    """`path` without doc markup and titles, as the UTF-8 bytes cleanup_file would write."""
+    return "".join(strip_doc_markup(read_text_lines(path))).encode("utf-8")
+
+
 def cleanup_one_file(input_path: str, output_path: str) -> int:
     """Write `output_path`: `input_path` without doc markup and titles. Returns lines written."""
     kept = strip_doc_markup(read_text_lines(input_path))

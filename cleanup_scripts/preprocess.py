@@ -34,8 +34,8 @@ from benchmark import constants
 from cleanup_scripts import SAMPLE_DUMP, VOCAB_FILE
 from cleanup_scripts import create_pretraining_data as pretraining
 from cleanup_scripts import checksums, download, extract, pick_eval_samples, verify
-from cleanup_scripts.clean import clean_bytes
-from cleanup_scripts.cleanup_file import read_text_lines, strip_doc_markup
+from cleanup_scripts.clean import write_cleaned
+from cleanup_scripts.cleanup_file import stripped_bytes
 from cleanup_scripts.do_gather import GatherSource, gather
 from cleanup_scripts.do_sentence_segmentation import segment_file
 from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir
@@ -134,11 +134,7 @@ def run_extract(layout: DatasetLayout, options: Options, ledger: OutputLedger) -
 
 def _clean_one(job: tuple[str, str]) -> int:
     source, target = job
-    stripped = "".join(strip_doc_markup(read_text_lines(source))).encode("utf-8")
-    cleaned = clean_bytes(stripped)
-    with atomic_output(target, "wb") as out:
-        out.write(cleaned)
-    return cleaned.count(b"\n")
+    return write_cleaned(stripped_bytes(source), target)
 
 
 def _segment_one(job: tuple[str, str]) -> int:

@@ -15,8 +15,8 @@ import os
 import time
 
 from benchmark import constants
-from cleanup_scripts.clean import clean_bytes
-from cleanup_scripts.cleanup_file import read_text_lines, strip_doc_markup
+from cleanup_scripts.clean import write_cleaned
+from cleanup_scripts.cleanup_file import stripped_bytes
 from cleanup_scripts.do_gather import GatherSource, gather
 from cleanup_scripts.do_sentence_segmentation import segment_file
 from cleanup_scripts.fileio import atomic_output, ensure_dir, expand_inputs
@@ -26,20 +26,13 @@ from cleanup_scripts.sentence_splitter import get_splitter
 from cleanup_scripts.seperate_test_set import separate_files
 
 
-def _write_bytes(path: str, data: bytes) -> None:
-    """Write `data` to `path` atomically."""
-    with atomic_output(path, "wb") as out:
-        out.write(data)
-
-
 def _cleanup_and_clean(path: str) -> int:
     """Write F.1 (cleanup_file) and F.2 (clean) for the extracted file F = `path`; the second
     stage works on the first one's bytes in memory. Returns the lines of F.2."""
-    stripped = "".join(strip_doc_markup(read_text_lines(path))).encode("utf-8")
-    _write_bytes(path + ".1", stripped)
-    cleaned = clean_bytes(stripped)
-    _write_bytes(path + ".2", cleaned)
-    return cleaned.count(b"\n")
+    stripped = stripped_bytes(path)
+    with atomic_output(path + ".1", "wb") as out:
+        out.write(stripped)
+    return write_cleaned(stripped, path + ".2")
 
 
 def _segment(path: str) -> int:
