@@ -425,8 +425,8 @@ def check_single_run(view: LogView) -> Iterator[Finding]:
     """
     starts = view.all(k.RUN_START)
     lines = ", ".join(str(r.line) for r in starts)
-    restarts = [r for r in starts[1:] if r.time_ms != starts[0].time_ms]
-    for record in view.all(RESUME):
+    resumes = view.all(RESUME)
+    for record in resumes:
         meta = record.metadata
         yield record.line, (
             f"the run was resumed from checkpoint {_show(meta.get('checkpoint'))} at step "
@@ -434,7 +434,8 @@ def check_single_run(view: LogView) -> Iterator[Finding]:
             f"samples: the log joins {len(starts)} timed sections (run_start on lines "
             f"{lines}) and the time of the interrupted one is not counted; a resumed run is "
             "not a valid result")
-    if not view.all(RESUME) and restarts:
+    restarts = [r for r in starts[1:] if r.time_ms != starts[0].time_ms]
+    if not resumes and restarts:
         yield restarts[0].line, (f"a second run starts here (the first run_start is on line "
                                  f"{starts[0].line}): a log holds exactly one run")
 

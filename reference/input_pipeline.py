@@ -17,7 +17,7 @@ once; padded with all-zero records up to a whole number of global batches. The e
 `example_weight` is 1.0 for real records and 0.0 for padding, so sums over padded batches equal
 sums over the real records.
 
-Checking records (`check_records`, `check_all_records`, `find_bad_record`): each record's
+Checking records (`check_first_records`, `check_all_records`, `find_bad_record`): each record's
 TFRecord framing (length, length CRC, data, data CRC) is verified in Python and its features
 parsed with the expected shapes, so that a damaged record is reported as one line naming the
 file, the record's 0-based index within it and the problem; tf.data only says "corrupted
