@@ -52,6 +52,8 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from reference.error_text import one_line
+
 # ----------------------------------------------------------------------------------- tables
 # (checkpoint name, model variable name, transform)
 TF1_TABLE: tuple[tuple[str, str, str], ...] = (
@@ -273,8 +275,7 @@ def _open_reader(path: str):
     try:
         return path, tf.train.load_checkpoint(path)
     except (tf.errors.OpError, ValueError) as err:
-        message = str(getattr(err, "message", err)).splitlines()[0]
-        raise CheckpointError(f"{path}: cannot read checkpoint ({message})") from err
+        raise CheckpointError(f"{path}: cannot read checkpoint ({one_line(err)})") from err
 
 
 def checkpoint_format(path: str | os.PathLike) -> str:
@@ -425,8 +426,8 @@ def restore_training_checkpoint(path: str | os.PathLike, model, optimizer=None,
         status = checkpoint.read(path)
         status.assert_existing_objects_matched().expect_partial()
     except (AssertionError, ValueError, tf.errors.OpError) as err:
-        message = str(getattr(err, "message", err)).strip().splitlines()[0]
-        raise CheckpointError(f"{path}: does not fit this model/optimizer ({message})") from err
+        raise CheckpointError(f"{path}: does not fit this model/optimizer "
+                              f"({one_line(err)})") from err
     logging.info("restored training checkpoint %s", path)
     return path
 
@@ -443,8 +444,7 @@ def checkpoint_problem(path: str) -> str | None:
         for name in sorted(reader.get_variable_to_shape_map()):
             reader.get_tensor(name)
     except READ_ERRORS as err:
-        text = str(getattr(err, "message", err)).strip()
-        return text.splitlines()[0] if text else type(err).__name__
+        return one_line(err)
     return None
 
 

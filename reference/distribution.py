@@ -22,6 +22,8 @@ from typing import Sequence
 import tensorflow as tf
 from absl import logging
 
+from reference.error_text import one_line
+
 
 class StrategyError(ValueError):
     """The requested devices cannot be set up; the message is one line."""
@@ -83,9 +85,8 @@ def make_strategy(request: StrategyRequest) -> tf.distribute.Strategy:
             tf.config.experimental_connect_to_cluster(resolver)
             tf.tpu.experimental.initialize_tpu_system(resolver)
         except (ValueError, RuntimeError, tf.errors.OpError) as err:
-            message = str(getattr(err, "message", err)).strip().splitlines()[0]
             raise StrategyError(f"--use_tpu --tpu_name={request.tpu_name}: cannot reach the "
-                                f"TPU ({message})") from err
+                                f"TPU ({one_line(err)})") from err
         strategy = tf.distribute.TPUStrategy(resolver)
         cores = strategy.num_replicas_in_sync
         if request.num_tpu_cores and request.num_tpu_cores != cores:

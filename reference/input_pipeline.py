@@ -38,6 +38,7 @@ import tensorflow as tf
 
 from cleanup_scripts.pretraining_features import (DecodeError, decode_example, feature_spec,
                                                   masked_crc32c, tf_feature_spec)
+from reference.error_text import one_line
 
 EXAMPLE_WEIGHT = "example_weight"
 SHUFFLE_BUFFER = 1000  # records, as the reference
@@ -58,11 +59,6 @@ class InputError(ValueError):
     """Input files that cannot be used; the message is one line naming the file or pattern."""
 
 
-def _one_line(err: Exception) -> str:
-    text = str(getattr(err, "message", err)).strip()
-    return text.splitlines()[0] if text else type(err).__name__
-
-
 def expand_patterns(patterns: str, flag: str = "--input_file") -> list[str]:
     """The files matching comma-separated glob patterns, each pattern's matches sorted.
 
@@ -75,7 +71,7 @@ def expand_patterns(patterns: str, flag: str = "--input_file") -> list[str]:
         try:
             matches = sorted(tf.io.gfile.glob(pattern))
         except tf.errors.OpError as err:
-            raise InputError(f"{flag}={pattern}: cannot list files ({_one_line(err)})") from err
+            raise InputError(f"{flag}={pattern}: cannot list files ({one_line(err)})") from err
         matches = [m for m in matches if not tf.io.gfile.isdir(m)]
         if not matches:
             raise InputError(f"{flag}={pattern}: no file matches")
@@ -145,7 +141,7 @@ def _framed_records(path: str) -> Iterator[bytes]:
                 yield body[:length]
                 index, offset = index + 1, end
     except tf.errors.OpError as err:
-        raise _FramingError(index, f"cannot read ({_one_line(err)})") from err
+        raise _FramingError(index, f"cannot read ({one_line(err)})") from err
 
 
 def feature_problem(data: bytes, max_seq_length: int,
@@ -188,7 +184,7 @@ def _unparsable(path: str, first_index: int, records: list[bytes], max_seq_lengt
         except tf.errors.InvalidArgumentError as err:
             problem = feature_problem(data, max_seq_length, max_predictions_per_seq)
             return BadRecord(path, first_index + offset,
-                             problem or f"does not parse ({_one_line(err)})")
+                             problem or f"does not parse ({one_line(err)})")
     return None
 
 

@@ -55,6 +55,7 @@ from absl import logging
 from reference import checkpoint as ckpt
 from reference.adamw import AdamWeightDecay
 from reference.bert_config import BertConfig
+from reference.error_text import one_line
 from reference.input_pipeline import EXAMPLE_WEIGHT
 from reference.lamb import Lamb, clip_gradients, densify, epsilon_from_log, variable_name
 from reference.learning_rate import WarmupPolynomialDecay
@@ -287,8 +288,8 @@ class Trainer:
         try:
             status = checkpoint.read(path)
         except ckpt.READ_ERRORS as err:
-            message = str(getattr(err, "message", err)).strip().splitlines()[0]
-            raise ckpt.CheckpointError(f"{path}: cannot read checkpoint ({message})") from err
+            raise ckpt.CheckpointError(f"{path}: cannot read checkpoint "
+                                       f"({one_line(err)})") from err
         try:
             status.assert_existing_objects_matched()
         except AssertionError as err:
