@@ -58,7 +58,7 @@ def _drop_official_duplicates(problems: list[Problem], official: list[Problem]) 
 def check_parsed(parsed: ParsedLog, ruleset: str = DEFAULT_RULESET,
                  official: bool = True) -> LogReport:
     """Apply the BERT rules and (if `official`) the official checker to a parsed log."""
-    view = build_view(parsed)
+    view = build_view(parsed, ruleset)
     problems = list(parsed.problems) + run_rules(view)
     outcome = None
     if official:

@@ -77,6 +77,10 @@ class Hyperparameter:
     meaning: str = ""
 
 
+# The LAMB epsilon key of rulesets 1.0.0-2.0.0; later ones name it opt_lamb_epsilon
+# (benchmark.rulesets gives the key per ruleset).
+OPT_EPSILON = "opt_epsilon"
+
 # Larger is no batch size (and would overflow the floats of the eval_frequency formula).
 MAX_GLOBAL_BATCH_SIZE = 1 << 40
 
@@ -87,7 +91,7 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
     Hyperparameter(mlc.GRADIENT_ACCUMULATION_STEPS, "int", 1,
                    meaning="micro-batches accumulated per step"),
     Hyperparameter(mlc.OPT_BASE_LR, "float", 0, minimum_open=True, meaning="LAMB learning rate"),
-    Hyperparameter("opt_epsilon", "float", 0, minimum_open=True, meaning="LAMB epsilon"),
+    Hyperparameter(OPT_EPSILON, "float", 0, minimum_open=True, meaning="LAMB epsilon"),
     Hyperparameter(mlc.OPT_LR_TRAINING_STEPS, "int", 1,
                    meaning="steps of the polynomial decay"),
     Hyperparameter(mlc.OPT_LR_WARMUP_STEPS, "int", 0, meaning="warm-up steps"),

@@ -14,6 +14,7 @@ from typing import Any
 from benchmark import constants
 from benchmark import log_keys as k
 from benchmark.mllog_parse import LogRecord, ParsedLog
+from benchmark.rulesets import DEFAULT_RULESET
 
 
 def as_int(value: Any) -> int | None:
@@ -25,6 +26,14 @@ def as_int(value: Any) -> int | None:
     if isinstance(value, float) and math.isfinite(value) and value == int(value):
         return int(value)
     return None
+
+
+def as_count(value: Any) -> int | None:
+    """`value` as an int (see `as_int`), also from a one-element list such as `[10000]`,
+    the form some submitters' loggers give eval_samples and train_samples."""
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    return as_int(value)
 
 
 def as_number(value: Any) -> float | None:
@@ -52,7 +61,8 @@ def is_valid_accuracy(value: float) -> bool:
 class Eval:
     """One `eval_accuracy` record.
 
-    samples: samples trained at the eval (its metadata `epoch_num`), None if not an integer.
+    samples: samples trained at the eval (its metadata `epoch_num`, or the run's
+        train_samples when the evals do not carry a sample count), None if not known.
     accuracy: masked-LM accuracy, None if not a finite number.
     """
     record: LogRecord
@@ -74,6 +84,9 @@ class LogView:
     division_logged: bool = False
     batch_size: int | None = None
     eval_frequency: int | None = None
+    ruleset: str = DEFAULT_RULESET
+    trained: int | None = None
+    samples_per_eval_logged: bool = True
     evals: list[Eval] = field(default_factory=list)
     first_at_target: Eval | None = None
 
@@ -145,9 +158,36 @@ class LogView:
         return self.evals[-1].accuracy if self.evals else None
 
 
-def build_view(parsed: ParsedLog) -> LogView:
-    """Read `parsed` into a LogView (never raises)."""
-    view = LogView(parsed=parsed)
+def _trained_samples(view: LogView) -> int | None:
+    """The last train_samples logged after run_start (None if none).
+
+    One logged before run_start is the configured length of the run, not what it trained
+    (Habana's v1.1 logs write both), so it is not read as the samples trained.
+    """
+    start = view.run_start
+    counts = [as_count(r.value) for r in view.all(k.TRAIN_SAMPLES)
+              if start is None or r.line > start.line]
+    counts = [c for c in counts if c is not None and c >= 0]
+    return counts[-1] if counts else None
+
+
+def _eval_samples(view: LogView, counts: list[int | None]) -> list[int | None]:
+    """Samples trained at each eval, from the evals' epoch_num or from train_samples.
+
+    The training rules have BERT report the eval's sample count as epoch_num ("Eval sample
+    (integer)", RCP epoch reporting). Some accepted logs (NVIDIA's v1.0/v1.1 PyTorch code)
+    write the same epoch_num on every eval and give the samples once, as train_samples after
+    the run: then only the last eval's count is known (train_samples), the others are None.
+    """
+    if len(counts) > 1 and None not in counts and len(set(counts)) == 1:
+        view.samples_per_eval_logged = False
+        return [None] * (len(counts) - 1) + [view.trained]
+    return [c if c is None or c >= 0 else None for c in counts]
+
+
+def build_view(parsed: ParsedLog, ruleset: str = DEFAULT_RULESET) -> LogView:
+    """Read `parsed` into a LogView for the rules of `ruleset` (never raises)."""
+    view = LogView(parsed=parsed, ruleset=ruleset)
     for record in parsed.records:
         view.by_key.setdefault(record.key, []).append(record)
 
@@ -160,11 +200,10 @@ def build_view(parsed: ParsedLog) -> LogView:
         view.batch_size = batch
         view.eval_frequency = constants.eval_frequency(batch)
 
-    for record in view.all(k.EVAL_ACCURACY):
-        samples = as_int(record.metadata.get(k.EPOCH_NUM))
-        accuracy = as_finite(record.value)
-        view.evals.append(Eval(record, samples if samples is None or samples >= 0 else None,
-                               accuracy))
+    view.trained = _trained_samples(view)
+    records = view.all(k.EVAL_ACCURACY)
+    counts = _eval_samples(view, [as_int(r.metadata.get(k.EPOCH_NUM)) for r in records])
+    view.evals = [Eval(r, samples, as_finite(r.value)) for r, samples in zip(records, counts)]
     for ev in view.evals:
         if ev.accuracy is not None and is_valid_accuracy(ev.accuracy) \
                 and ev.accuracy >= constants.TARGET_MLM_ACCURACY:

@@ -151,7 +151,7 @@ def parse_line(line_no: int, full: str, path: str) -> tuple[LogRecord | None, li
     metadata = obj["metadata"]
     problems = []
     if complaint:
-        problems.append(Problem(path, line_no, "bert/timestamps", f"{key}: {complaint}", ERROR))
+        problems.append(Problem(path, line_no, "log/time-ms", f"{key}: {complaint}", ERROR))
     if not isinstance(metadata, dict):
         # Kept (with empty metadata) so that one bad field does not hide the whole record.
         problems.append(Problem(

@@ -20,18 +20,23 @@ class Problem:
     rule: the rule's name, e.g. "bert/eval-cadence" or "official/run_stop".
     message: what is wrong, one line.
     severity: "error" (makes the check fail) or "warning" (reported only).
+    source: the rule text or official YAML an error enforces ("" where the rule's name says
+        it: official/..., log/..., submission/...).
     """
     path: str
     line: int
     rule: str
     message: str
     severity: str = ERROR
+    source: str = ""
 
     def format(self) -> str:
-        """`path:line: rule: message`, with `warning: ` before the message for warnings."""
+        """`path:line: rule: message`, with `warning: ` before the message for warnings and
+        the source in brackets after an error's message."""
         text = " ".join(self.message.split())  # always exactly one line
         prefix = "warning: " if self.severity == WARNING else ""
-        return f"{self.path}:{self.line}: {self.rule}: {prefix}{text}"
+        source = f" [{self.source}]" if self.source and self.severity == ERROR else ""
+        return f"{self.path}:{self.line}: {self.rule}: {prefix}{text}{source}"
 
     def as_dict(self) -> dict:
         """The problem as a JSON-ready dict."""
@@ -39,7 +44,8 @@ class Problem:
 
     def downgraded(self, note: str) -> "Problem":
         """This problem as a warning, with `note` appended to the message."""
-        return Problem(self.path, self.line, self.rule, f"{self.message} ({note})", WARNING)
+        return Problem(self.path, self.line, self.rule, f"{self.message} ({note})", WARNING,
+                       self.source)
 
 
 def count_errors(problems: list[Problem]) -> int:

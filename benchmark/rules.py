@@ -1,10 +1,17 @@
 """The BERT rules the official `mlperf_logging` checker does not enforce, as a list of data.
 
 Each `Rule` is a name, a severity, the division(s) it applies to, one sentence saying what it
-requires, and a small function that reads a `LogView` and yields `(line, message)` for every
-place the rule is broken (line 0: the whole file). Adding a rule is adding an entry to RULES.
-The official rules (key presence, order, ruleset checks) run separately, see
-`benchmark.official`.
+requires, the source it enforces, and a small function that reads a `LogView` and yields
+`(line, message)` for every place the rule is broken (line 0: the whole file). Adding a rule is
+adding an entry to RULES. The official rules (key presence, order, ruleset checks) run
+separately, see `benchmark.official`.
+
+An error must have a source: a section of the MLPerf training rules
+(mlcommons/training_policies, training_rules.adoc) or the official ruleset YAML. What no rule
+forbids but looks wrong is a warning. Where an accepted published result contradicts a
+reading of the rules, the reading gives way (see `benchmark.cadence` for the eval schedule).
+A check may yield `Severe(...)`/`Mild(...)` messages to set the severity of one finding
+within a rule whose findings differ.
 """
 from __future__ import annotations
 
@@ -12,12 +19,38 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
-from benchmark import constants
+from benchmark import cadence, constants
 from benchmark import log_keys as k
-from benchmark.log_view import LogView, as_finite, as_int, as_number, is_valid_accuracy
+from benchmark.log_view import (LogView, as_count, as_finite, as_int, as_number,
+                                is_valid_accuracy)
 from benchmark.problems import ERROR, WARNING, Problem
+from benchmark.rulesets import ruleset
+
+# Where each error comes from: sections of training_rules.adoc (mlcommons/training_policies)
+# and the official ruleset YAML (mlcommons/logging), paraphrased.
+RULES_TEXT = "training_rules.adoc"
+SRC_QUALITY = f"{RULES_TEXT}, Quality measure: closed runs evaluate at least as often as BERT's interval"
+SRC_THOROUGH = (f"{RULES_TEXT}, Quality measure: closed runs evaluate at least as thoroughly "
+                "as the reference (its 10,000 eval samples)")
+SRC_TARGET = (f"{RULES_TEXT}, Quality measure: each run reaches the target; closed_bert.yaml "
+              "eval_accuracy check >= 0.720")
+SRC_RUN_RESULT = (f"{RULES_TEXT}, Run Results: one contiguous wall-clock period that may not be "
+                  "paused, training included")
+SRC_EVAL_SAMPLE = f"{RULES_TEXT}, RCPs: BERT reports the eval sample count (an integer)"
+SRC_TRAIN_SAMPLES = (f"{RULES_TEXT}, RCP rules: BERT's train_samples is the samples to "
+                     "converge (--rcp-bert-train-samples)")
+SRC_YAML_BLOCK = "common.yaml: block_start and epoch_start only after run_start"
+SRC_YAML_ACCURACY = "closed_bert.yaml: eval_accuracy is compared as a number below 1.0"
+SRC_YAML_HP = "closed_bert.yaml: global_batch_size, from which the eval interval is computed"
+SRC_BENCHMARK = "package checker: results/<system>/bert holds BERT logs"
+SRC_SCORING = (f"{RULES_TEXT}, Benchmark Results: only converged runs are scored; run_stop "
+               "status says so")
 
 Finding = tuple[int, str]
+
+
+class Mild(str):
+    """A finding message that is only a warning, whatever the rule's severity."""
 MAX_FINDINGS = 4  # per rule and log; further findings are summarized in one line
 NOT_LOGGED = "the closed division requires these hyperparameters, not logged: "
 # The record reference.run_pretraining writes when a process continues a run from a checkpoint
@@ -36,6 +69,7 @@ class Rule:
     severity: str
     summary: str
     check: Callable[[LogView], Iterable[Finding]]
+    source: str = ""
     divisions: tuple[str, ...] = k.DIVISIONS
     open_severity: str | None = None
 
@@ -85,79 +119,121 @@ def check_benchmark(view: LogView) -> Iterator[Finding]:
 
 
 def check_timestamps(view: LogView) -> Iterator[Finding]:
-    """time_ms never decreases from one record to the next."""
+    """time_ms does not decrease from one record to the next (a warning: several ranks log
+    the start-up records a few ms apart, submission records get time_ms 0 after the run, and
+    offline evaluation stamps evals with their checkpoint's time, which the rules allow)."""
     previous = None
     for record in view.records:
         if not math.isfinite(record.time_ms):
             continue  # reported by the parser
         if previous is not None and record.time_ms < previous.time_ms:
             yield record.line, (f"{record.key} at time_ms {record.time_ms:.0f} is earlier than "
-                                f"{previous.key} on line {previous.line} ({previous.time_ms:.0f}); "
-                                "timestamps must not go backwards")
+                                f"{previous.key} on line {previous.line} ({previous.time_ms:.0f})")
         previous = record
 
 
+def check_run_time(view: LogView) -> Iterator[Finding]:
+    """run_stop is not earlier than run_start: the run's time is a wall-clock period."""
+    start, stop = view.run_start, view.run_stop
+    if start is None or stop is None or not (math.isfinite(start.time_ms)
+                                             and math.isfinite(stop.time_ms)):
+        return
+    if stop.time_ms < start.time_ms:
+        yield stop.line, (f"run_stop at time_ms {stop.time_ms:.0f} is earlier than run_start "
+                          f"(line {start.line}, {start.time_ms:.0f}); the run has no duration")
+
+
+def _first_of(records: list, where: str, why: str, mild: bool) -> Iterator[Finding]:
+    """One finding for the first of `records` (and how many more), if any."""
+    if records:
+        more = f" (and {len(records) - 1} more)" if len(records) > 1 else ""
+        message = f"{records[0].key} {where}{more}; {why}"
+        yield records[0].line, Mild(message) if mild else message
+
+
 def check_run_interval(view: LogView) -> Iterator[Finding]:
-    """No block, epoch or eval record before run_start or after run_stop."""
+    """Training (blocks, epochs) lies between run_start and run_stop. Evals outside are only
+    warnings: an eval of the initial checkpoint before the clock starts is untimed, and the
+    rules allow evaluating timestamped checkpoints after the clock stops."""
     start, stop = view.run_start, view.run_stop
     training = _keys(view, *k.TRAINING_KEYS)
+    evals = {k.EVAL_START, k.EVAL_STOP, k.EVAL_ACCURACY}
     if start is not None:
         early = [r for r in training if r.line < start.line]
-        if early:
-            more = f" (and {len(early) - 1} more)" if len(early) > 1 else ""
-            yield early[0].line, (f"{early[0].key} before run_start (line {start.line}){more}; "
-                                  "training and evals belong inside the timed run")
+        yield from _first_of([r for r in early if r.key not in evals],
+                             f"before run_start (line {start.line})",
+                             "training belongs inside the timed run", False)
+        yield from _first_of([r for r in early if r.key in evals],
+                             f"before run_start (line {start.line})",
+                             "an eval before the clock starts is not timed", True)
     if stop is not None:
         late = [r for r in training if r.line > stop.line]
-        if late:
-            more = f" (and {len(late) - 1} more)" if len(late) > 1 else ""
-            yield late[0].line, (f"{late[0].key} after run_stop (line {stop.line}){more}; "
-                                 "nothing may be trained or evaluated after the run stops")
+        yield from _first_of([r for r in late if r.key not in evals],
+                             f"after run_stop (line {stop.line})",
+                             "training after the clock stopped is not timed", False)
+        yield from _first_of([r for r in late if r.key in evals],
+                             f"after run_stop (line {stop.line})",
+                             "allowed only as offline evaluation of timestamped checkpoints",
+                             True)
+
+
+def _hyperparameter_keys(view: LogView) -> list[tuple[str, k.Hyperparameter]]:
+    """(key in the log's ruleset, hyperparameter) for every BERT hyperparameter."""
+    epsilon = ruleset(view.ruleset).epsilon_key
+    return [(epsilon if hp.key == k.OPT_EPSILON else hp.key, hp) for hp in k.HYPERPARAMETERS]
 
 
 def check_hyperparameters(view: LogView) -> Iterator[Finding]:
-    """Closed: every hyperparameter of log_keys.HYPERPARAMETERS is logged; any division: each
-    logged one has its type and range."""
-    missing = [hp.key for hp in k.HYPERPARAMETERS if view.first(hp.key) is None]
+    """Closed: every hyperparameter of the ruleset's closed_bert.yaml is logged (an error, as
+    there); any division: a value of the wrong type or out of range is a warning (no rule
+    bounds them, and accepted results log e.g. opt_learning_rate_training_steps 0), except
+    a global_batch_size that is no batch size, reported by bert/eval-cadence."""
+    keys = _hyperparameter_keys(view)
+    missing = [key for key, _ in keys if view.first(key) is None]
     if missing and view.division == "closed":
         yield 0, NOT_LOGGED + ", ".join(missing)
-    for hp in k.HYPERPARAMETERS:
-        record = view.first(hp.key)
+    for key, hp in keys:
+        record = view.first(key)
         if record is None:
             continue
         value = record.value
         number = as_int(value) if hp.kind == "int" else as_finite(value)
         if number is None:
             kind = "an integer" if hp.kind == "int" else "a finite number"
-            yield record.line, f"{hp.key} is {_show(value)}; it must be {kind} ({hp.meaning})"
+            yield record.line, Mild(f"{key} is {_show(value)}; expected {kind} ({hp.meaning})")
             continue
         low_ok = hp.minimum is None or (number > hp.minimum if hp.minimum_open
                                         else number >= hp.minimum)
         high_ok = hp.maximum is None or (number < hp.maximum if hp.maximum_open
                                          else number <= hp.maximum)
         if not (low_ok and high_ok):
-            yield record.line, (f"{hp.key} is {_show(value)}; it must be {_bounds(hp)} "
-                                f"({hp.meaning})")
+            yield record.line, Mild(f"{key} is {_show(value)}; expected {_bounds(hp)} "
+                                    f"({hp.meaning})")
 
 
 def check_eval_samples(view: LogView) -> Iterator[Finding]:
     """eval_samples is 10,000."""
     for record in view.all(k.EVAL_SAMPLES):
-        if as_int(record.value) != constants.EVAL_SAMPLES:
+        if as_count(record.value) != constants.EVAL_SAMPLES:
             yield record.line, (f"eval_samples is {_show(record.value)}; BERT evaluates on "
                                 f"exactly {constants.EVAL_SAMPLES:,} samples")
 
 
 def check_train_samples(view: LogView) -> Iterator[Finding]:
-    """train_samples is a count not below the samples of the last eval."""
-    evaluated = [ev.samples for ev in view.evals if ev.samples is not None]
+    """train_samples is a sample count; logged after run_start, it is not below the samples of
+    the first eval at target (the RCP check reads it as the samples to converge). One logged
+    before run_start is the configured run length and is not compared."""
+    start = view.run_start
+    target = view.samples_to_converge if view.samples_per_eval_logged else None
     for record in view.all(k.TRAIN_SAMPLES):
-        value = as_int(record.value)
+        value = as_count(record.value)
         if value is None or value < 0:
             yield record.line, f"train_samples is {_show(record.value)}; it must be a sample count"
-        elif evaluated and value < max(evaluated):
-            yield record.line, (f"train_samples is {value:,} but an eval was logged after "
-                                f"{max(evaluated):,} samples; samples trained cannot be fewer")
+        elif target is not None and value < target and (start is None or
+                                                          record.line > start.line):
+            yield record.line, (f"train_samples is {value:,} but the eval at target was logged "
+                                f"after {target:,} samples; the samples to converge cannot be "
+                                "fewer")
 
 
 def check_eval_epoch_num(view: LogView) -> Iterator[Finding]:
@@ -182,7 +258,11 @@ def check_eval_accuracy(view: LogView) -> Iterator[Finding]:
 
 
 def check_eval_sequence(view: LogView) -> Iterator[Finding]:
-    """eval_start -> eval_stop -> eval_accuracy, same epoch_num, nothing interleaved."""
+    """Where eval_start/eval_stop are logged: eval_start -> eval_stop -> eval_accuracy, same
+    epoch_num, nothing interleaved. The official rules make the pair optional
+    (AT_LEAST_ONE_OR(block_start)) and no rule orders them, so this only warns."""
+    if not view.all(k.EVAL_START) and not view.all(k.EVAL_STOP):
+        return
     started = None   # open eval_start
     stopped = None   # eval_stop still waiting for its eval_accuracy
     for record in _keys(view, k.EVAL_START, k.EVAL_STOP, k.EVAL_ACCURACY, k.BLOCK_START,
@@ -223,51 +303,23 @@ def check_eval_sequence(view: LogView) -> Iterator[Finding]:
 
 
 def check_eval_cadence(view: LogView) -> Iterator[Finding]:
-    """Evals at F, 2F, 3F, ... samples (F = eval_frequency(batch)); an eval at 0 is optional.
-
-    An eval counts as at j*F if it is at exactly j*F samples or at the first step boundary
-    after it (ceil(j*F / batch) * batch), which is where a trainer with that batch can stop.
-    """
+    """Evals at least every eval_frequency(global_batch_size) samples (`benchmark.cadence`):
+    a skipped eval or samples going backwards is an error, a few steps late a warning."""
     if not view.evals:
         return
-    batch, freq = view.batch_size, view.eval_frequency
-    if batch is None or freq is None:
+    batch = view.batch_size
+    if batch is None:
         record = view.first(k.GLOBAL_BATCH_SIZE)
         yield (record.line if record else 0), (
-            "cannot check the eval cadence: global_batch_size is missing or not a usable "
-            "batch size")
+            f"global_batch_size is {_show(record.value) if record else 'not logged'}; the "
+            "eval interval is computed from the batch size, so the eval schedule cannot be "
+            "checked")
         return
-    rule = (f"evals come every {freq:,} samples for global_batch_size {batch} "
-            f"(eval_frequency), at {freq:,}, {2 * freq:,}, ...")
-    expected = 1
-    previous = None
-    for ev in view.evals:
-        s = ev.samples
-        if s is None:
-            continue  # reported by bert/eval-epoch-num
-        if previous is not None and s <= previous.samples:
-            yield ev.line, (f"eval at {s:,} samples does not come after the previous eval "
-                            f"(line {previous.line}, {previous.samples:,} samples)")
-            continue
-        first = previous is None
-        previous = ev
-        if s == 0 and first:
-            continue  # the optional eval of the initial checkpoint
-        j = s // freq
-        on_cadence = j >= 1 and (s == j * freq or s == -(-j * freq // batch) * batch)
-        if not on_cadence:
-            yield ev.line, f"eval at {s:,} samples is off the cadence: {rule}"
-            expected = j + 1
-            continue
-        if j > expected:
-            missing = ", ".join(f"{i * freq:,}" for i in range(expected, min(j, expected + 3)))
-            more = ", ..." if j - expected > 3 else ""
-            yield ev.line, (f"eval at {s:,} samples, but the eval(s) at {missing}{more} samples "
-                            f"are missing: {rule}")
-        elif j < expected:
-            yield ev.line, (f"eval at {s:,} samples repeats the eval due at {j * freq:,} "
-                            "samples")
-        expected = j + 1
+    findings = cadence.judge_schedule(batch, [ev.samples for ev in view.evals], view.trained,
+                                      view.samples_per_eval_logged)
+    for finding in findings:
+        line = view.evals[finding.index].line
+        yield line, finding.message if finding.error else Mild(finding.message)
 
 
 def _block_span(record) -> tuple[int, int] | None:
@@ -289,7 +341,8 @@ def check_blocks(view: LogView) -> Iterator[Finding]:
     same point, so blocks may carry nominal sizes (eval_frequency) while evals carry the
     samples actually trained. Blocks in another unit (steps, epochs) are only checked for
     pairing and tiling. After an inconsistency the count resynchronizes at the next eval, so
-    one bad number gives one or two findings, not one per block.
+    one bad number gives one or two findings, not one per block. The official YAML only asks
+    block_start for a positive epoch_count and a first_epoch_num, so these are warnings.
     """
     if not view.all(k.BLOCK_START) and not view.all(k.BLOCK_STOP):
         return
@@ -368,7 +421,9 @@ def check_target_reached(view: LogView) -> Iterator[Finding]:
 
 
 def check_stop_at_target(view: LogView) -> Iterator[Finding]:
-    """Nothing is trained or evaluated after the first eval at target; run_stop follows."""
+    """Nothing is trained or evaluated after the first eval at target; run_stop follows. The
+    rules let the clock stop at the target ("may"), they do not forbid going on, so this only
+    warns: going on makes the run slower, not invalid."""
     hit = view.first_at_target
     if hit is None:
         return
@@ -379,7 +434,7 @@ def check_stop_at_target(view: LogView) -> Iterator[Finding]:
     if later:
         more = f" (and {len(later) - 1} more)" if len(later) > 1 else ""
         yield later[0].line, (f"training went on past the target: {later[0].key}{more} after "
-                              f"{where}; the run must stop at the first eval at target")
+                              f"{where}; the clock may stop at the first eval at target")
     if view.run_stop is None:
         yield hit.line, f"{where} but no run_stop follows (log truncated?)"
 
@@ -401,12 +456,13 @@ def check_run_stop_status(view: LogView) -> Iterator[Finding]:
     if view.division != "closed":
         return
     hit = view.first_at_target
-    if hit is not None and hit.line < stop.line and status != k.SUCCESS:
-        yield stop.line, (f"run_stop status is {_show(status)} but the eval on line {hit.line} "
-                          f"reached the target {_target()}; it must be 'success'")
-    if (hit is None or hit.line > stop.line) and status == k.SUCCESS:
-        yield stop.line, (f"run_stop status is 'success' but no eval before it reached the "
-                          f"target {_target()}")
+    if hit is not None and status != k.SUCCESS:
+        yield stop.line, Mild(f"run_stop status is {_show(status)} but the eval on line "
+                              f"{hit.line} reached the target {_target()}; the run is scored "
+                              "as not converged")
+    if hit is None and status == k.SUCCESS:
+        yield stop.line, (f"run_stop status is 'success' but no eval reached the target "
+                          f"{_target()}")
 
 
 def check_seed(view: LogView) -> Iterator[Finding]:
@@ -454,46 +510,51 @@ def check_event_types(view: LogView) -> Iterator[Finding]:
 # The rule table.
 
 RULES: tuple[Rule, ...] = (
-    Rule("bert/benchmark", ERROR, "submission_benchmark is 'bert'.", check_benchmark),
-    Rule("bert/timestamps", ERROR, "time_ms never decreases from one record to the next.",
+    Rule("bert/benchmark", ERROR, "submission_benchmark is 'bert'.", check_benchmark,
+         SRC_BENCHMARK),
+    Rule("bert/timestamps", WARNING, "time_ms does not decrease from one record to the next.",
          check_timestamps),
+    Rule("bert/run-time", ERROR, "run_stop is not earlier than run_start.", check_run_time,
+         SRC_RUN_RESULT),
     Rule("bert/run-interval", ERROR,
-         "Blocks, epochs and evals lie between run_start and run_stop.", check_run_interval),
+         "Blocks and epochs lie between run_start and run_stop (evals outside: warnings).",
+         check_run_interval, f"{SRC_YAML_BLOCK}; {SRC_RUN_RESULT}"),
     Rule("bert/hyperparameters", ERROR,
-         "The closed division's hyperparameters are logged, each with its type and range.",
-         check_hyperparameters),
+         "The closed division's hyperparameters are logged (values: warnings).",
+         check_hyperparameters, "closed_bert.yaml of the ruleset: each hyperparameter "
+         "EXACTLY_ONE"),
     Rule("bert/eval-samples", ERROR, f"eval_samples is {constants.EVAL_SAMPLES:,}.",
-         check_eval_samples, open_severity=WARNING),
+         check_eval_samples, SRC_THOROUGH, open_severity=WARNING),
     Rule("bert/train-samples", ERROR,
-         "train_samples is a sample count, not fewer than the samples of the last eval.",
-         check_train_samples),
+         "train_samples is a sample count, not fewer than the samples to converge.",
+         check_train_samples, SRC_TRAIN_SAMPLES),
     Rule("bert/eval-epoch-num", ERROR,
          "epoch_num of eval events is the samples trained, a non-negative integer.",
-         check_eval_epoch_num),
+         check_eval_epoch_num, SRC_EVAL_SAMPLE),
     Rule("bert/eval-accuracy", ERROR, "eval_accuracy is a finite number in [0, 1).",
-         check_eval_accuracy),
-    Rule("bert/eval-sequence", ERROR,
-         "Each eval is eval_start, eval_stop, eval_accuracy with one epoch_num.",
+         check_eval_accuracy, SRC_YAML_ACCURACY),
+    Rule("bert/eval-sequence", WARNING,
+         "Logged eval_start/eval_stop pairs enclose their eval_accuracy.",
          check_eval_sequence),
     Rule("bert/eval-cadence", ERROR,
-         "Evals come every eval_frequency(global_batch_size) samples, none skipped.",
-         check_eval_cadence, open_severity=WARNING),
-    Rule("bert/blocks", ERROR,
+         "Evals come at least every eval_frequency(global_batch_size) samples.",
+         check_eval_cadence, SRC_QUALITY, open_severity=WARNING),
+    Rule("bert/blocks", WARNING,
          "Blocks start where the previous ended; the eval after a block is at its end.",
          check_blocks),
     Rule("bert/target-reached", ERROR,
          f"A closed run that stopped has an eval at or above {constants.TARGET_MLM_ACCURACY}.",
-         check_target_reached, ("closed",)),
-    Rule("bert/stop-at-target", ERROR,
+         check_target_reached, SRC_TARGET, ("closed",)),
+    Rule("bert/stop-at-target", WARNING,
          "Nothing is trained or evaluated after the first eval at target.",
-         check_stop_at_target, ("closed",)),
+         check_stop_at_target, divisions=("closed",)),
     Rule("bert/run-stop-status", ERROR,
-         "run_stop status is 'success' exactly when an eval reached the target (closed).",
-         check_run_stop_status),
+         "run_stop status is 'success' or 'aborted', success only with an eval at target.",
+         check_run_stop_status, SRC_SCORING),
     Rule("bert/single-run", ERROR,
          "The log holds one uninterrupted run (no resume from a checkpoint).",
-         check_single_run),
-    Rule("bert/seed", WARNING, "A seed is logged.", check_seed, ("closed",)),
+         check_single_run, SRC_RUN_RESULT),
+    Rule("bert/seed", WARNING, "A seed is logged.", check_seed, divisions=("closed",)),
     Rule("log/event-type", WARNING, "Interval keys carry mllog's event_type.",
          check_event_types),
 )
@@ -515,13 +576,17 @@ def run_rules(view: LogView, rules: Iterable[Rule] = RULES) -> list[Problem]:
             problems.append(Problem(view.path, 0, f"internal/{rule.name}",
                                     f"rule failed on this log: {type(exc).__name__}: {exc}"))
         severity = rule.severity_for(view.division)
-        shown, rest = findings[:MAX_FINDINGS], findings[MAX_FINDINGS:]
-        for line, message in shown:
-            problems.append(Problem(view.path, line, rule.name, message, severity))
-        if rest:
-            lines = ", ".join(str(line) for line, _ in rest[:12]) + (", ..." if len(rest) > 12
-                                                                      else "")
-            problems.append(Problem(view.path, rest[0][0], rule.name,
-                                    f"{len(rest)} more like the above, on lines {lines}",
-                                    severity))
+        for mild in (False, True):
+            kept = [f for f in findings if isinstance(f[1], Mild) == mild]
+            level = WARNING if mild else severity
+            source = rule.source if level == ERROR else ""
+            shown, rest = kept[:MAX_FINDINGS], kept[MAX_FINDINGS:]
+            for line, message in shown:
+                problems.append(Problem(view.path, line, rule.name, str(message), level, source))
+            if rest:
+                lines = ", ".join(str(line) for line, _ in rest[:12]) + (
+                    ", ..." if len(rest) > 12 else "")
+                problems.append(Problem(view.path, rest[0][0], rule.name,
+                                        f"{len(rest)} more like the above, on lines {lines}",
+                                        level, source))
     return problems
