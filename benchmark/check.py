@@ -23,13 +23,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence, TextIO
 
+from tqdm import tqdm
+
 from benchmark.log_check import LogReport, check_log
-from benchmark.official import DEFAULT_RULESET, PackageOutcome, RcpOutcome, available_rulesets
+from benchmark.official import PackageOutcome, RcpOutcome, available_rulesets
+from benchmark.rulesets import DEFAULT_RULESET
 from benchmark.problems import Problem, count_errors, sort_key
 from benchmark.submission import check_result_folder, check_submission
 from benchmark import summary
 
 FORMATS = ("text", "json", "csv", "markdown")
+PROGRESS_FROM = 20  # logs; fewer are checked without a progress bar
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
 
 
@@ -100,9 +104,30 @@ def _is_result_folder(path: Path) -> bool:
         return False
 
 
+def _count_logs(paths: Sequence[str], submissions: Sequence[str]) -> int:
+    """How many logs the paths name (result_*.txt under folders and trees, files as given)."""
+    total = 0
+    for raw in [*paths, *submissions]:
+        path = Path(raw)
+        if path.is_dir():
+            total += sum(1 for p in path.rglob("result_*.txt") if p.is_file())
+        else:
+            total += 1
+    return total
+
+
 def run_checks(paths: Sequence[str], submissions: Sequence[str], ruleset: str,
                official: bool) -> Verdict:
-    """Check every path (log, result folder or submission tree) and submission tree."""
+    """Check every path (log, result folder or submission tree) and submission tree, with a
+    progress bar on stderr when it is a terminal and there are many logs."""
+    total = _count_logs(paths, submissions)
+    with tqdm(total=total, unit="log", file=sys.stderr, desc="check",
+              disable=total < PROGRESS_FROM or not sys.stderr.isatty()) as bar:
+        return _run_checks(paths, submissions, ruleset, official, lambda: bar.update(1))
+
+
+def _run_checks(paths: Sequence[str], submissions: Sequence[str], ruleset: str,
+                official: bool, tick) -> Verdict:
     verdict = Verdict()
     loose: list[LogReport] = []
     for raw in paths:
@@ -110,7 +135,7 @@ def run_checks(paths: Sequence[str], submissions: Sequence[str], ruleset: str,
         if _is_submission(path):
             submissions = [*submissions, raw]
         elif path.is_dir() and _is_result_folder(path):
-            folder = check_result_folder(raw, ruleset, official)
+            folder = check_result_folder(raw, ruleset, official, tick)
             verdict.problems += folder.all_problems()
             verdict.groups.append(Group(raw, folder.logs, folder.scored, folder.rcp))
         elif path.is_dir():
@@ -119,13 +144,14 @@ def run_checks(paths: Sequence[str], submissions: Sequence[str], ruleset: str,
                                             "results/ tree; nothing to check"))
         else:
             report = check_log(raw, ruleset, official)
+            tick()
             loose.append(report)
             verdict.problems += report.problems
     if loose:
         label = loose[0].path if len(loose) == 1 else f"{len(loose)} logs"
         verdict.groups.insert(0, Group(label, loose, [True] * len(loose)))
     for org in submissions:
-        report = check_submission(org, ruleset, official)
+        report = check_submission(org, ruleset, official, tick)
         verdict.problems += report.all_problems()
         for i, folder in enumerate(report.folders):
             verdict.groups.append(Group(folder.folder, folder.logs, folder.scored, folder.rcp,

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 from benchmark.log_view import LogView, build_view
 from benchmark.mllog_parse import LogReadError, ParsedLog, parse_log
-from benchmark.official import DEFAULT_RULESET, ComplianceOutcome, run_compliance
+from benchmark.official import ComplianceOutcome, run_compliance
+from benchmark.rulesets import DEFAULT_RULESET
 from benchmark.problems import Problem, count_errors, sort_key
 from benchmark.rules import NOT_LOGGED, run_rules
 

@@ -22,21 +22,23 @@ class Ruleset:
     rcp_normalized_score: the published result is the olympic score times the RCP
         normalization factor (training rules, "Reference Convergence Points": from v2.1
         accepted submissions faster than the RCP mean are normalized to it).
-    lenient_official_keys: keys whose official findings the round's own checker printed as
-        warnings, with the reason shown to the user.
+    lenient_official: (marker, reason) pairs: an official finding whose rule or message
+        contains the marker was only a warning in the checker MLCommons ran that round; it
+        is downgraded, with the reason shown to the user.
     """
     version: str
     epsilon_key: str
     rcp_normalized_score: bool
-    lenient_official_keys: tuple[tuple[str, str], ...] = ()
+    lenient_official: tuple[tuple[str, str], ...] = ()
 
 
 # The 1.1.0 closed_bert.yaml requires a weights_initialization record per tensor; the checker
 # used in the v1.1 round reported a mismatch as a warning that may be ignored for 1.1.0, and
 # every closed v1.1 result was published with it.
-_V11_WEIGHTS = (("weights_initialization",
-                 "the v1.1 round's checker reported this as a warning that can be ignored "
-                 "for 1.1.0; mlperf_logging 4.x makes it an error"),)
+_V11_REASON = ("the v1.1 round's checker reported this as a warning that can be ignored for "
+               "1.1.0; mlperf_logging 4.x makes it an error")
+_V11_WEIGHTS = (("official/weights_initialization", _V11_REASON),
+                ("initialized_tensors", _V11_REASON))
 
 RULESETS: dict[str, Ruleset] = {r.version: r for r in (
     Ruleset("1.0.0", "opt_epsilon", False),

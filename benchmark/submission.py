@@ -12,15 +12,19 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from benchmark import log_keys as k
 from benchmark.log_check import LogReport, check_log
-from benchmark.official import (DEFAULT_RULESET, LONGEST_LINE, PackageOutcome, RcpOutcome,
+from benchmark.official import (LONGEST_LINE, PackageOutcome, RcpOutcome,
                                 run_package_checker, run_rcp, system_description_problems)
-from benchmark.problems import ERROR, WARNING, Problem, count_errors
+from benchmark.problems import ERROR, WARNING, Problem
+from benchmark.rulesets import DEFAULT_RULESET
 
-RUNS_PER_RESULT = 10  # BERT: result_0.txt ... result_9.txt (mlperf_logging's benchmark_meta)
-RESULT_NAME = re.compile(r"result_(\d+)\.txt")
+RUNS_PER_RESULT = 10  # BERT runs per result (training rules, Benchmark Results)
+# The package checker takes every result_*.txt; published trees use result_0..9,
+# result_1..10 and result_<id>_<n>.
+RESULT_NAME = re.compile(r"result_.*\.txt")
 TOOL_FILES = {"package_checker_params", "scaling.json"}  # files the official tools read/write
 OLYMPIC_NOTE = ("accepted under olympic scoring: one run of ten may fail; this run is scored "
                 "as not converged")
@@ -97,33 +101,34 @@ def _consistency(folder: str, logs: list[LogReport]) -> list[Problem]:
     return problems
 
 
+def _run_order(name: str) -> tuple:
+    """Sort key putting result_2.txt before result_10.txt."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
+
+
 def _result_files(folder: str) -> tuple[list[str], list[Problem]]:
-    """The result files of `folder` in run order, and problems with the set of files."""
+    """The result files of `folder` (every result_*.txt, as the package checker globs them)
+    in run order, and problems with the set of files."""
     problems: list[Problem] = []
     try:
-        entries = sorted(Path(folder).iterdir())
+        entries = sorted(Path(folder).iterdir(), key=lambda p: _run_order(p.name))
     except OSError as exc:
         return [], [Problem(folder, 0, "submission/result-files",
                             f"cannot list the folder: {exc.strerror or exc}")]
-    runs: dict[int, str] = {}
+    runs = []
     for entry in entries:
-        match = RESULT_NAME.fullmatch(entry.name)
-        if match and int(match.group(1)) < RUNS_PER_RESULT and entry.is_file():
-            runs[int(match.group(1))] = str(entry)
-        elif entry.name.startswith("result_"):
-            problems.append(Problem(str(entry), 0, "submission/result-files",
-                                    f"unexpected result file: a BERT result is exactly "
-                                    f"result_0.txt ... result_{RUNS_PER_RESULT - 1}.txt"))
+        if RESULT_NAME.fullmatch(entry.name) and entry.is_file():
+            runs.append(str(entry))
         elif entry.name not in TOOL_FILES:
             problems.append(Problem(str(entry), 0, "submission/result-files",
-                                    "unknown file in a result folder", WARNING))
-    for n in range(RUNS_PER_RESULT):
-        if n not in runs:
-            problems.append(Problem(_join(folder, f"result_{n}.txt"), 0,
-                                    "submission/result-files",
-                                    f"missing: a BERT result is {RUNS_PER_RESULT} runs, "
-                                    f"result_0.txt ... result_{RUNS_PER_RESULT - 1}.txt"))
-    return [runs[n] for n in sorted(runs)], problems
+                                    "not a result_*.txt file; the package checker ignores it",
+                                    WARNING))
+    if len(runs) != RUNS_PER_RESULT:
+        problems.append(Problem(folder, 0, "submission/result-files",
+                                f"{len(runs)} result_*.txt file(s); a BERT result is exactly "
+                                f"{RUNS_PER_RESULT} runs", source="training_rules.adoc, "
+                                "Benchmark Results: BERT (NLP) takes 10 runs"))
+    return runs, problems
 
 
 def _too_long_for_official_tools(logs: list[LogReport]) -> str | None:
@@ -143,18 +148,25 @@ def _too_long_for_official_tools(logs: list[LogReport]) -> str | None:
     return None
 
 
-def check_result_folder(folder: str, ruleset: str = DEFAULT_RULESET,
-                        official: bool = True) -> ResultFolder:
+def _no_tick() -> None:
+    """The default progress callback: nothing."""
+
+
+def check_result_folder(folder: str, ruleset: str = DEFAULT_RULESET, official: bool = True,
+                        tick: Callable[[], None] = _no_tick) -> ResultFolder:
     """Check a folder of BERT runs (`result_0.txt` ... `result_9.txt`).
 
     Each log gets the BERT rules and the compliance checker; the set gets the file-count,
     consistency and (closed division, a batch size with RCPs) RCP checks. As in the
     official package checker, one failing run of ten is accepted (its problems become
-    warnings) and scored as not converged.
+    warnings) and scored as not converged. `tick` is called after each log (progress).
     """
     result = ResultFolder(folder)
     paths, result.problems = _result_files(folder)
-    result.logs = [check_log(p, ruleset, official) for p in paths]
+    result.logs = []
+    for path in paths:
+        result.logs.append(check_log(path, ruleset, official))
+        tick()
     result.scored = [log.passed for log in result.logs]
     result.problems += _consistency(folder, result.logs)
 
@@ -174,7 +186,9 @@ def check_result_folder(folder: str, ruleset: str = DEFAULT_RULESET,
     elif official and result.division == "closed" and result.logs:
         batches = [log.view.batch_size for log in result.logs
                    if log.view is not None and log.view.batch_size is not None]
-        result.rcp = run_rcp(folder, batches[0] if batches else None, ruleset)
+        train_samples = all(log.view is not None and log.view.all(k.TRAIN_SAMPLES)
+                            for log in result.logs)
+        result.rcp = run_rcp(folder, batches[0] if batches else None, ruleset, train_samples)
         if result.rcp.ran and not result.rcp.passed:
             result.problems.append(Problem(folder, 0, "rcp/convergence",
                                            f"RCP check failed: {result.rcp.message}"))
@@ -216,9 +230,10 @@ def _system_json(org: Path, system: str, ruleset: str, official: bool,
     return problems
 
 
-def check_submission(org_dir: str, ruleset: str = DEFAULT_RULESET,
-                     official: bool = True) -> SubmissionReport:
-    """Check the submission tree at `org_dir` (`<org>/results/...`, `<org>/systems/...`)."""
+def check_submission(org_dir: str, ruleset: str = DEFAULT_RULESET, official: bool = True,
+                     tick: Callable[[], None] = _no_tick) -> SubmissionReport:
+    """Check the submission tree at `org_dir` (`<org>/results/...`, `<org>/systems/...`);
+    `tick` is called after each log (progress)."""
     report = SubmissionReport(org_dir)
     org = Path(org_dir)
     results = org / "results"
@@ -240,7 +255,7 @@ def check_submission(org_dir: str, ruleset: str = DEFAULT_RULESET,
                 report.problems.append(Problem(str(bench), 0, "submission/layout",
                                                "not a BERT result; not checked", WARNING))
                 continue
-            folder = check_result_folder(str(bench), ruleset, official)
+            folder = check_result_folder(str(bench), ruleset, official, tick)
             report.folders.append(folder)
             divisions |= {log.view.division for log in folder.logs
                           if log.view is not None and log.view.division_logged}
@@ -256,7 +271,3 @@ def check_submission(org_dir: str, ruleset: str = DEFAULT_RULESET,
         report.package = run_package_checker(org_dir, ruleset)
     return report
 
-
-def count_submission_errors(report: SubmissionReport) -> int:
-    """Errors anywhere in the submission report."""
-    return count_errors(report.all_problems())
