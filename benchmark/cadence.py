@@ -37,8 +37,7 @@ def step_interval(global_batch_size: int) -> int:
 
 
 def _rule(batch: int, interval: int) -> str:
-    return (f"an eval at least every {interval:,} samples for global_batch_size {batch:,} "
-            "(training rules, Quality measure)")
+    return f"an eval at least every {interval:,} samples for global_batch_size {batch:,}"
 
 
 def judge_schedule(batch: int, samples: Sequence[int | None], trained: int | None,
@@ -61,9 +60,10 @@ def judge_schedule(batch: int, samples: Sequence[int | None], trained: int | Non
                 f"evals over {trained:,} samples is one per {trained / len(samples):,.0f} "
                 f"samples on average, more than {_rule(batch, interval)}"))
         return
-    previous = 0
+    previous: int | None = 0
     for index, count in enumerate(samples):
-        if count is None:
+        if count is None or previous is None:
+            previous = count  # an eval of unknown samples: the next interval is unknown too
             continue
         if count < previous:
             yield Finding(index, True, (

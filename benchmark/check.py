@@ -243,8 +243,10 @@ def render_json(verdict: Verdict) -> str:
         entry = {"label": group.label, "runs": _json_rows(table),
                  "score": summary.score_dict(summary.table_score(table))}
         if group.rcp is not None:
+            norm = group.rcp.norm_factor
             entry["rcp"] = {"ran": group.rcp.ran, "passed": group.rcp.passed,
-                            "message": group.rcp.message, "norm_factor": group.rcp.norm_factor}
+                            "message": group.rcp.message,
+                            "norm_factor": norm if math.isfinite(norm) else None}
         if group.package is not None:
             entry["package_checker"] = {"passed": group.package.passed}
         groups.append(entry)

@@ -148,6 +148,12 @@ class LogView:
                 and hit.line < stop.line)
 
     @property
+    def reached_goal(self) -> bool:
+        """The run counts as converged for scoring: closed, `converged`; open (its own
+        stopping criterion), run_stop says success."""
+        return self.converged if self.division == "closed" else self.status == k.SUCCESS
+
+    @property
     def samples_to_converge(self) -> int | None:
         """Samples trained at the first eval at target, None if the run did not get there."""
         return self.first_at_target.samples if self.first_at_target else None

@@ -182,13 +182,17 @@ def _round_leniency(problems: list[Problem], ruleset: str) -> list[Problem]:
 class ComplianceOutcome:
     """The official compliance checker's verdict on one log.
 
-    passed: True if it found nothing (warnings allowed) and did not crash.
+    passed: the verdict of the checker MLCommons ran in the ruleset's round: the installed
+        checker's, with the findings that round only warned about as warnings
+        (`benchmark.rulesets`); True if no error remains and it did not crash.
     crashed: it raised instead of giving a verdict (counts as a failure).
     problems: its messages as Problems (rule "official/<key>"), errors and warnings.
+    installed_passed: the installed mlperf_logging's own verdict.
     """
     passed: bool
     crashed: bool = False
     problems: list[Problem] = field(default_factory=list)
+    installed_passed: bool | None = None
 
 
 _FAILED_IN_LINE = re.compile(r"CHECK for '(?P<key>[^']*)' failed in line (?P<n>\d+):")
@@ -296,7 +300,7 @@ def run_compliance(parsed: ParsedLog, ruleset: str = DEFAULT_RULESET) -> Complia
             f"cannot import mlperf_logging's compliance checker: {_one_line(exc)}")])
     unknown = untrusted_values(parsed)
     if unknown:
-        return ComplianceOutcome(False, False, unknown)
+        return ComplianceOutcome(False, False, unknown, False)
     _guard_engine()
     locate = _Locator(parsed)
     checker = mlp_compliance.make_checker(USAGE, ruleset, quiet=False, werror=False)
@@ -335,7 +339,7 @@ def run_compliance(parsed: ParsedLog, ruleset: str = DEFAULT_RULESET) -> Complia
         problems.append(Problem(path, 0, "official/compliance", "the compliance checker failed"))
     problems = _round_leniency(problems, ruleset)
     passed = bool(valid) or (crashed is None and not any(p.severity == ERROR for p in problems))
-    return ComplianceOutcome(passed, crashed is not None, problems)
+    return ComplianceOutcome(passed, crashed is not None, problems, bool(valid))
 
 
 # --------------------------------------------------------------------------------------------
@@ -455,6 +459,7 @@ def run_package_checker(org_dir: str, ruleset: str = DEFAULT_RULESET) -> Package
             return PackageOutcome(False, [Problem(
                 shown, 0, "package/checker",
                 f"cannot import mlperf_logging's package checker: {_one_line(exc)}")])
+        _guard_engine()
         mlp_compliance.enqueued_configs.clear()
         try:
             with _captured() as log:

@@ -17,7 +17,8 @@ from typing import Callable
 from benchmark import log_keys as k
 from benchmark.log_check import LogReport, check_log
 from benchmark.official import (LONGEST_LINE, PackageOutcome, RcpOutcome,
-                                run_package_checker, run_rcp, system_description_problems)
+                                run_package_checker, run_rcp, system_description_problems,
+                                untrusted_values)
 from benchmark.problems import ERROR, WARNING, Problem
 from benchmark.rulesets import DEFAULT_RULESET
 
@@ -26,6 +27,8 @@ RUNS_PER_RESULT = 10  # BERT runs per result (training rules, Benchmark Results)
 # result_1..10 and result_<id>_<n>.
 RESULT_NAME = re.compile(r"result_.*\.txt")
 TOOL_FILES = {"package_checker_params", "scaling.json"}  # files the official tools read/write
+SRC_OLYMPIC = ("training_rules.adoc, Benchmark Results: one non-converging run may be dropped "
+               "as the slowest; more make the result invalid")
 OLYMPIC_NOTE = ("accepted under olympic scoring: one run of ten may fail; this run is scored "
                 "as not converged")
 
@@ -152,6 +155,15 @@ def _no_tick() -> None:
     """The default progress callback: nothing."""
 
 
+def _untrusted_log(logs: list[LogReport]) -> str | None:
+    """Why the package checker must not see `logs` (None: it may): a log names a division or
+    benchmark the official engine would turn into a file path."""
+    for log in logs:
+        if log.view is not None and untrusted_values(log.view.parsed):
+            return f"{log.path} logs an unknown division or benchmark"
+    return None
+
+
 def check_result_folder(folder: str, ruleset: str = DEFAULT_RULESET, official: bool = True,
                         tick: Callable[[], None] = _no_tick) -> ResultFolder:
     """Check a folder of BERT runs (`result_0.txt` ... `result_9.txt`).
@@ -175,6 +187,14 @@ def check_result_folder(folder: str, ruleset: str = DEFAULT_RULESET, official: b
         log = result.logs[failing[0]]
         log.problems = [p.downgraded(OLYMPIC_NOTE) if p.severity == ERROR else p
                         for p in log.problems]
+
+    unscored = [Path(log.path).name for log in result.logs
+                if not (log.passed and log.view is not None and log.view.reached_goal)]
+    if len(unscored) > 1:
+        result.problems.append(Problem(
+            folder, 0, "submission/olympic",
+            f"{len(unscored)} runs did not converge or failed their checks "
+            f"({', '.join(unscored)}); at most one may", source=SRC_OLYMPIC))
 
     divisions = [log.view.division for log in result.logs
                  if log.view is not None and log.view.division_logged]
@@ -220,7 +240,9 @@ def _system_json(org: Path, system: str, ruleset: str, official: bool,
     division = contents.get("division")
     if division not in k.DIVISIONS:
         problems.append(Problem(shown, 0, "submission/system-json",
-                                f"division is {division!r}; it must be 'closed' or 'open'"))
+                                f"division is {division!r}, not 'closed' or 'open'; the package "
+                                "checker then treats the result as open (no RCP or seed "
+                                "checks)", WARNING))
     elif divisions and division not in divisions:
         problems.append(Problem(shown, 0, "submission/division",
                                 f"division is {division!r} but the runs log "
@@ -263,10 +285,11 @@ def check_submission(org_dir: str, ruleset: str = DEFAULT_RULESET, official: boo
     if not report.folders:
         report.problems.append(Problem(str(results), 0, "submission/layout",
                                        "no results/<system>/bert folder"))
-    too_long = _too_long_for_official_tools([log for f in report.folders for log in f.logs])
-    if official and too_long:
+    logs = [log for f in report.folders for log in f.logs]
+    unsafe = _too_long_for_official_tools(logs) or _untrusted_log(logs)
+    if official and unsafe:
         report.package = PackageOutcome(False, [Problem(org_dir, 0, "package/checker",
-                                                        f"package checker not run: {too_long}")])
+                                                        f"package checker not run: {unsafe}")])
     elif official:
         report.package = run_package_checker(org_dir, ruleset)
     return report

@@ -39,11 +39,10 @@ def run_row(report: LogReport, scored: bool = True, name: str | None = None) -> 
         return {"run": name, "status": "unreadable", "minutes": None,
                 "samples_to_converge": None, "final_accuracy": None, "evals": 0,
                 "errors": count_errors(report.problems), "scored": False}
+    converged = view.reached_goal
     if view.division == "closed":
-        converged = view.converged
         samples = view.samples_to_converge if converged else None
-    else:  # open division: its own target; success is what the run says
-        converged = view.status == "success"
+    else:  # open division: its own target; the samples of its last eval
         samples = view.evals[-1].samples if converged and view.evals else None
     status = view.status if view.status is not None else (
         "no run_stop" if view.run_stop is None else "no status")

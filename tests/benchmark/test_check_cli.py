@@ -15,7 +15,7 @@ from tests.benchmark import gallery
 from tests.benchmark.helpers import build_submission
 
 VALID = str(gallery.LOGS / gallery.CLOSED)
-PAST_TARGET = str(gallery.LOGS / "broken" / "training-past-target.txt")
+SKIPPED = str(gallery.LOGS / "broken" / "cadence-skipped-eval.txt")
 
 
 def run_main(capsys, *args):
@@ -31,26 +31,30 @@ def test_valid_log_passes_with_a_table(capsys):
         "PASSED: 0 error(s), 0 warning(s)")
 
 
-def test_broken_log_fails_with_file_line_rule_message(capsys):
-    status, out, _ = run_main(capsys, PAST_TARGET)
+def test_broken_log_fails_with_file_line_rule_message_and_source(capsys):
+    status, out, _ = run_main(capsys, SKIPPED)
     assert status == 1
     first = out.splitlines()[0]
-    assert first.startswith(f"{PAST_TARGET}:113: bert/stop-at-target: training went on")
+    assert first.startswith(f"{SKIPPED}:44: bert/eval-cadence: eval at 750,000 samples comes "
+                            "300,000 samples after the previous eval (450,000)")
+    assert first.endswith("[training_rules.adoc, Quality measure: closed runs evaluate at "
+                          "least as often as BERT's interval]")
 
 
 def test_json_format_is_one_document(capsys):
-    status, out, _ = run_main(capsys, VALID, PAST_TARGET, "--format", "json")
+    status, out, _ = run_main(capsys, VALID, SKIPPED, "--format", "json")
     doc = json.loads(out)
     assert status == 1 and doc["verdict"] == "fail"
-    assert {p["rule"] for p in doc["problems"]} == {"bert/stop-at-target"}
+    assert {p["rule"] for p in doc["problems"]} == {"bert/eval-cadence"}
+    assert all(p["source"].startswith("training_rules.adoc") for p in doc["problems"])
     assert [r["status"] for r in doc["groups"][0]["runs"]] == ["success", "success"]
 
 
 def test_csv_goes_to_stdout_and_problems_to_stderr(capsys):
-    status, out, err = run_main(capsys, VALID, PAST_TARGET, "--format", "csv")
+    status, out, err = run_main(capsys, VALID, SKIPPED, "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(out.strip())))
-    assert [r["run"] for r in rows] == [VALID, PAST_TARGET]
-    assert "bert/stop-at-target" in err and status == 1
+    assert [r["run"] for r in rows] == [VALID, SKIPPED]
+    assert "bert/eval-cadence" in err and status == 1
 
 
 def test_result_folder_and_submission_get_score_rcp_and_package_verdict(tmp_path, capsys):

@@ -55,7 +55,7 @@ def test_nan_and_string_timestamps_are_kept_but_reported():
     text = GOOD.replace('"time_ms": 1000', '"time_ms": "1000"')
     parsed = parse_text(nan + "\n" + text + "\n")
     assert math.isnan(parsed.records[0].time_ms) and parsed.records[1].time_ms == 1000.0
-    assert rules_at(parsed) == [(1, "bert/timestamps"), (2, "bert/timestamps")]
+    assert rules_at(parsed) == [(1, "log/time-ms"), (2, "log/time-ms")]
 
 
 def test_metadata_of_wrong_type_keeps_the_record():

@@ -6,6 +6,7 @@ import shutil
 
 import pytest
 
+from benchmark import summary
 from benchmark.submission import check_result_folder, check_submission
 from tests.benchmark.helpers import SYSTEM, build_submission
 
@@ -38,8 +39,9 @@ def test_valid_tree_passes_every_check(valid_tree):
 def test_missing_result_file_is_reported(tree):
     (tree / "results" / SYSTEM / "bert" / "result_3.txt").unlink()
     report = check_submission(str(tree))
-    found = {(p.path.rsplit("/", 1)[-1], p.rule) for p in errors(report)}
-    assert ("result_3.txt", "submission/result-files") in found
+    found = {(p.path.rsplit("/", 1)[-1], p.rule, p.message.split(" ", 1)[0])
+             for p in errors(report)}
+    assert ("bert", "submission/result-files", "9") in found
     assert not report.package.passed  # the package checker counts files too
 
 
@@ -63,20 +65,22 @@ def test_missing_system_json_and_fields_are_reported(tree):
     assert "submission/system-json" in {p.rule for p in errors(check_submission(str(tree)))}
 
 
-def test_one_failed_run_is_accepted_and_unscored_two_are_errors(tree):
+def test_one_unconverged_run_is_accepted_and_unscored_two_are_errors(tree):
     bert = tree / "results" / SYSTEM / "bert"
     for n in (2, 5):
         log = bert / f"result_{n}.txt"
         log.write_text(log.read_text().replace('"status": "success"', '"status": "aborted"'))
         folder = check_result_folder(str(bert))
         failing = [i for i, ok in enumerate(folder.scored) if not ok]
+        table = summary.runs_table(folder.logs, folder.scored)
+        unscored = [i for i, ok in enumerate(table["scored"]) if not ok]
         if n == 2:
-            assert failing == [2] and errors(folder) == []
-            assert any(p.severity == "warning" and "olympic" in p.message
+            assert failing == [] and unscored == [2] and errors(folder) == []
+            assert any(p.severity == "warning" and "scored as not converged" in p.message
                        for p in folder.all_problems())
         else:
-            assert failing == [2, 5]
-            assert {p.rule for p in errors(folder)} == {"bert/run-stop-status",
+            assert unscored == [2, 5]
+            assert {p.rule for p in errors(folder)} == {"submission/olympic",
                                                         "rcp/convergence"}
 
 
