@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from benchmark.log_check import LogReport, check_log
 from benchmark.official import PackageOutcome, RcpOutcome, available_rulesets
-from benchmark.rulesets import DEFAULT_RULESET
+from benchmark.rulesets import DEFAULT_RULESET, ruleset as ruleset_facts
 from benchmark.problems import Problem, count_errors, sort_key
 from benchmark.submission import check_result_folder, check_submission
 from benchmark import summary
@@ -77,6 +77,7 @@ class Group:
     scored: list[bool]
     rcp: RcpOutcome | None = None
     package: PackageOutcome | None = None
+    ruleset: str = DEFAULT_RULESET
 
 
 @dataclass
@@ -137,7 +138,8 @@ def _run_checks(paths: Sequence[str], submissions: Sequence[str], ruleset: str,
         elif path.is_dir() and _is_result_folder(path):
             folder = check_result_folder(raw, ruleset, official, tick)
             verdict.problems += folder.all_problems()
-            verdict.groups.append(Group(raw, folder.logs, folder.scored, folder.rcp))
+            verdict.groups.append(Group(raw, folder.logs, folder.scored, folder.rcp,
+                                        ruleset=ruleset))
         elif path.is_dir():
             verdict.problems.append(Problem(raw, 0, "input/path",
                                             "a folder with neither result_*.txt files nor a "
@@ -149,15 +151,15 @@ def _run_checks(paths: Sequence[str], submissions: Sequence[str], ruleset: str,
             verdict.problems += report.problems
     if loose:
         label = loose[0].path if len(loose) == 1 else f"{len(loose)} logs"
-        verdict.groups.insert(0, Group(label, loose, [True] * len(loose)))
+        verdict.groups.insert(0, Group(label, loose, [True] * len(loose), ruleset=ruleset))
     for org in submissions:
         report = check_submission(org, ruleset, official, tick)
         verdict.problems += report.all_problems()
         for i, folder in enumerate(report.folders):
             verdict.groups.append(Group(folder.folder, folder.logs, folder.scored, folder.rcp,
-                                        report.package if i == 0 else None))
+                                        report.package if i == 0 else None, ruleset))
         if not report.folders and report.package is not None:
-            verdict.groups.append(Group(org, [], [], None, report.package))
+            verdict.groups.append(Group(org, [], [], None, report.package, ruleset))
     verdict.problems = sorted(set(verdict.problems), key=sort_key)
     return verdict
 
@@ -173,12 +175,15 @@ def _rcp_line(rcp: RcpOutcome) -> str:
 def _facts(group: Group, score: summary.Score | None) -> list[str]:
     """The one-line results of a group: score, RCP-normalized score, RCP, package checker."""
     lines = []
+    facts = ruleset_facts(group.ruleset)
     if score is not None:
-        lines.append(summary.render_score(score))
+        lines.append(summary.render_score(score, facts.score_decimals))
         if score.minutes is not None and group.rcp and group.rcp.ran \
-                and group.rcp.norm_factor != 1:
-            lines.append(f"RCP-normalized score: {score.minutes * group.rcp.norm_factor:.2f} "
-                         "minutes")
+                and math.isfinite(group.rcp.norm_factor) and group.rcp.norm_factor != 1:
+            published = " (the published result in this round)" if facts.rcp_normalized_score \
+                else ""
+            lines.append(f"RCP-normalized score: {score.minutes * group.rcp.norm_factor:.{facts.score_decimals}f} "
+                         f"minutes{published}")
     if group.rcp is not None:
         lines.append(_rcp_line(group.rcp))
     if group.package is not None:

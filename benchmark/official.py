@@ -33,10 +33,10 @@ import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from benchmark import log_keys as k
-from benchmark.mllog_parse import ParsedLog
+from benchmark.mllog_parse import TOKEN, ParsedLog
 from benchmark.problems import ERROR, WARNING, Problem
 from benchmark.rulesets import DEFAULT_RULESET, RULESETS, ruleset as ruleset_facts
 
@@ -136,11 +136,40 @@ class _PackageYaml:
         return copy.deepcopy(self._cache[key])
 
 
+class _LinearStrip:
+    """Stands in for the `re` module in the official log readers. They strip every line with
+    `re.sub(".*" + TOKEN, TOKEN, line)`, which backtracks quadratically in the line length
+    (most of the time of a whole-round check). For that one call this returns the same
+    string in linear time: within each newline-free segment, everything before the last
+    token is dropped. Every other use goes to the real `re`."""
+
+    def __init__(self, real) -> None:
+        self._real = real
+
+    def __getattr__(self, name: str):
+        return getattr(self._real, name)
+
+    def sub(self, pattern, repl, string, *args, **kwargs):
+        if pattern != ".*" + TOKEN or repl != TOKEN or args or kwargs \
+                or not isinstance(string, str):
+            return self._real.sub(pattern, repl, string, *args, **kwargs)
+        return "\n".join(TOKEN + part.rsplit(TOKEN, 1)[1] if TOKEN in part else part
+                         for part in string.split("\n"))
+
+
 def _guard_engine() -> None:
-    """Install `_PackageYaml` in the compliance engine (once)."""
+    """Install `_PackageYaml` in the compliance engine and `_LinearStrip` in the official
+    log readers (once)."""
     from mlperf_logging.compliance_checker import mlp_compliance
+    from mlperf_logging.rcp_checker import rcp_checker
     if not isinstance(mlp_compliance.yaml, _PackageYaml):
         mlp_compliance.yaml = _PackageYaml(mlp_compliance.yaml)
+    readers = [rcp_checker] + [importlib.import_module(
+        f"mlperf_logging.compliance_checker.mlp_parser.ruleset_{v.replace('.', '')}")
+        for v in RULESETS]
+    for module in readers:
+        if getattr(module, "re", None) is re:
+            module.re = _LinearStrip(re)
 
 
 def untrusted_values(parsed: ParsedLog) -> list[Problem]:
@@ -371,14 +400,64 @@ def rcp_batch_sizes(ruleset: str = DEFAULT_RULESET) -> list[int]:
         return []
 
 
-def run_rcp(folder: str, batch_size: int | None, ruleset: str = DEFAULT_RULESET,
-            train_samples: bool = True) -> RcpOutcome:
-    """Run the RCP check on `folder` (holding result_*.txt) if `batch_size` has RCPs.
+def _write_reduced(parsed: ParsedLog, dest: Path) -> None:
+    """Write `parsed` to `dest` as the official tools read it: every `:::MLLOG` line from its
+    last token on, every other line empty, so line numbers stay and the tools' per-line
+    regex (`re.sub(".*:::MLLOG", ...)`, slow on long lines) has little to scan."""
+    lines: list[str] = []
+    for line, text in zip(parsed.mllog_lines, parsed.mllog_texts):
+        lines.extend([""] * (line - 1 - len(lines)))
+        lines.append(text)
+    dest.write_text("\n".join(lines) + "\n", encoding="latin-1", errors="replace")
+
+
+class _TreeCopy:
+    """Copies a submission tree for the package checker: the logs already checked are written
+    reduced (`_write_reduced`) and their compliance verdicts remembered by their new path,
+    every other file is copied as it is."""
+
+    def __init__(self, logs: Sequence[tuple[ParsedLog, bool]]) -> None:
+        self._logs = {str(Path(parsed.path).resolve()): (parsed, passed)
+                      for parsed, passed in logs}
+        self.verdicts: dict[str, bool] = {}
+
+    def __call__(self, src: str, dst: str) -> None:
+        known = self._logs.get(str(Path(src).resolve()))
+        if known is None:
+            shutil.copy2(src, dst)
+            return
+        _write_reduced(known[0], Path(dst))
+        self.verdicts[str(Path(dst).resolve())] = known[1]
+
+
+@contextlib.contextmanager
+def _known_compliance(verdicts: dict[str, bool]) -> Iterator[None]:
+    """Within the block, the package checker's per-log compliance call answers from
+    `verdicts` (the same engine's verdict on the same log, already computed, with the
+    round's leniency) and runs the engine only on logs not in it."""
+    from mlperf_logging.compliance_checker import mlp_compliance
+    real = mlp_compliance.main
+
+    def main(filename, config_file, checker):
+        known = verdicts.get(str(Path(filename).resolve()))
+        return real(filename, config_file, checker) if known is None else (known, None,
+                                                                           None, None)
+    mlp_compliance.main = main
+    try:
+        yield
+    finally:
+        mlp_compliance.main = real
+
+
+def run_rcp(folder: str, batch_size: int | None, logs: Sequence[ParsedLog],
+            ruleset: str = DEFAULT_RULESET, train_samples: bool = True) -> RcpOutcome:
+    """Run the RCP check on the runs `logs` of `folder` if `batch_size` has RCPs.
 
     The batch size has RCPs when the ruleset has a record for it or it lies between two
     records (the checker interpolates). train_samples: read each run's samples to converge
     from its train_samples record, the BERT mode the training rules define for the package
-    checker (--rcp-bert-train-samples); else from the last eval's epoch_num. Nothing is
+    checker (--rcp-bert-train-samples); else from the last eval's epoch_num. The checker
+    runs on reduced copies of the logs (`_write_reduced`) in a temporary folder; nothing is
     written into `folder`.
     """
     sizes = rcp_batch_sizes(ruleset)
@@ -392,9 +471,12 @@ def run_rcp(folder: str, batch_size: int | None, ruleset: str = DEFAULT_RULESET,
                                        f"(RCPs: {listed})")
     try:
         from mlperf_logging.rcp_checker import rcp_checker
-        with _captured(None):
+        _guard_engine()
+        with tempfile.TemporaryDirectory(prefix="bert-rcp-") as tmp, _captured(None):
+            for parsed in logs:
+                _write_reduced(parsed, Path(tmp) / Path(parsed.path).name)
             passed, message, norm = rcp_checker.check_directory(
-                folder, USAGE, ruleset, False, train_samples, rcp_pass="pruned_rcps",
+                tmp, USAGE, ruleset, False, train_samples, rcp_pass="pruned_rcps",
                 rcp_bypass=False, set_scaling=False)
     except Exception as exc:  # noqa: BLE001 - it reads the logs with bare json.loads
         return RcpOutcome(True, False, f"the RCP checker stopped with {_describe(exc)}")
@@ -439,16 +521,24 @@ class PackageOutcome:
     problems: list[Problem] = field(default_factory=list)
 
 
-def run_package_checker(org_dir: str, ruleset: str = DEFAULT_RULESET) -> PackageOutcome:
-    """Run the package checker on a copy of `org_dir`'s results/ and systems/."""
+def run_package_checker(org_dir: str, logs: Sequence[tuple[ParsedLog, bool]] = (),
+                        ruleset: str = DEFAULT_RULESET) -> PackageOutcome:
+    """Run the package checker on a copy of `org_dir`'s results/ and systems/.
+
+    logs: (log, compliance verdict) for the result files already checked (`run_compliance`,
+        the round's verdict); they are copied reduced and not run through the compliance
+        engine a second time. Other files go through the package checker as they are.
+    """
     shown = org_dir.rstrip("/")
     with tempfile.TemporaryDirectory(prefix="bert-check-") as tmp:
         tree = Path(tmp) / Path(shown).name
+        copier = _TreeCopy(logs)
         try:
             tree.mkdir()
             for part in ("results", "systems"):
                 if (Path(org_dir) / part).is_dir():
-                    shutil.copytree(Path(org_dir) / part, tree / part, symlinks=True)
+                    shutil.copytree(Path(org_dir) / part, tree / part, symlinks=True,
+                                    copy_function=copier)
         except OSError as exc:
             return PackageOutcome(False, [Problem(shown, 0, "package/checker",
                                                   f"cannot copy the tree: {_one_line(exc)}")])
@@ -462,7 +552,7 @@ def run_package_checker(org_dir: str, ruleset: str = DEFAULT_RULESET) -> Package
         _guard_engine()
         mlp_compliance.enqueued_configs.clear()
         try:
-            with _captured() as log:
+            with _captured() as log, _known_compliance(copier.verdicts):
                 package_checker.check_training_package(
                     str(tree), USAGE, ruleset, True, False, False, True, False,
                     str(Path(tmp) / "package_checker.log"))

@@ -22,6 +22,8 @@ class Ruleset:
     rcp_normalized_score: the published result is the olympic score times the RCP
         normalization factor (training rules, "Reference Convergence Points": from v2.1
         accepted submissions faster than the RCP mean are normalized to it).
+    score_decimals: decimal places of the minutes in the round's published results table
+        (v1.0: 4.06; from v1.1: 0.558).
     lenient_official: (marker, reason) pairs: an official finding whose rule or message
         contains the marker was only a warning in the checker MLCommons ran that round; it
         is downgraded, with the reason shown to the user.
@@ -29,6 +31,7 @@ class Ruleset:
     version: str
     epsilon_key: str
     rcp_normalized_score: bool
+    score_decimals: int = 3
     lenient_official: tuple[tuple[str, str], ...] = ()
 
 
@@ -41,8 +44,8 @@ _V11_WEIGHTS = (("official/weights_initialization", _V11_REASON),
                 ("initialized_tensors", _V11_REASON))
 
 RULESETS: dict[str, Ruleset] = {r.version: r for r in (
-    Ruleset("1.0.0", "opt_epsilon", False),
-    Ruleset("1.1.0", "opt_epsilon", False, _V11_WEIGHTS),
+    Ruleset("1.0.0", "opt_epsilon", False, score_decimals=2),
+    Ruleset("1.1.0", "opt_epsilon", False, lenient_official=_V11_WEIGHTS),
     Ruleset("2.0.0", "opt_epsilon", False),
     Ruleset("2.1.0", "opt_lamb_epsilon", True),
     Ruleset("3.0.0", "opt_lamb_epsilon", True),

@@ -208,7 +208,9 @@ def check_result_folder(folder: str, ruleset: str = DEFAULT_RULESET, official: b
                    if log.view is not None and log.view.batch_size is not None]
         train_samples = all(log.view is not None and log.view.all(k.TRAIN_SAMPLES)
                             for log in result.logs)
-        result.rcp = run_rcp(folder, batches[0] if batches else None, ruleset, train_samples)
+        parsed = [log.view.parsed for log in result.logs if log.view is not None]
+        result.rcp = run_rcp(folder, batches[0] if batches else None, parsed, ruleset,
+                             train_samples)
         if result.rcp.ran and not result.rcp.passed:
             result.problems.append(Problem(folder, 0, "rcp/convergence",
                                            f"RCP check failed: {result.rcp.message}"))
@@ -291,6 +293,8 @@ def check_submission(org_dir: str, ruleset: str = DEFAULT_RULESET, official: boo
         report.package = PackageOutcome(False, [Problem(org_dir, 0, "package/checker",
                                                         f"package checker not run: {unsafe}")])
     elif official:
-        report.package = run_package_checker(org_dir, ruleset)
+        checked = [(log.view.parsed, log.official.passed) for log in logs
+                   if log.view is not None and log.official is not None]
+        report.package = run_package_checker(org_dir, checked, ruleset)
     return report
 

@@ -141,11 +141,11 @@ def render_table(table: pd.DataFrame, fmt: str) -> str:
     return shown.to_string(index=False)
 
 
-def render_score(score: Score) -> str:
-    """One line: the olympic score or why there is none."""
+def render_score(score: Score, decimals: int = 2) -> str:
+    """One line: the olympic score (minutes to `decimals` places) or why there is none."""
     if score.minutes is None:
         return f"olympic score: none ({score.note})"
-    return f"olympic score: {score.minutes:.2f} minutes ({score.note})"
+    return f"olympic score: {score.minutes:.{decimals}f} minutes ({score.note})"
 
 
 def score_dict(score: Score) -> dict:
