@@ -22,6 +22,9 @@ class Ruleset:
     rcp_normalized_score: the published result is the olympic score times the RCP
         normalization factor (training rules, "Reference Convergence Points": from v2.1
         accepted submissions faster than the RCP mean are normalized to it).
+    seedless_folders_pass: the round's package checker passed a result folder in which no
+        run logs a seed (its seed checker only warned then; mlperf_logging 4.x fails each
+        such run). Checked in the checkers of the v1.0, v1.1 and v2.0 rounds.
     score_decimals: decimal places of the minutes in the round's published results table
         (v1.0: 4.06; from v1.1: 0.558).
     lenient_official: (marker, reason) pairs: an official finding whose rule or message
@@ -31,6 +34,7 @@ class Ruleset:
     version: str
     epsilon_key: str
     rcp_normalized_score: bool
+    seedless_folders_pass: bool = False
     score_decimals: int = 3
     lenient_official: tuple[tuple[str, str], ...] = ()
 
@@ -44,9 +48,9 @@ _V11_WEIGHTS = (("official/weights_initialization", _V11_REASON),
                 ("initialized_tensors", _V11_REASON))
 
 RULESETS: dict[str, Ruleset] = {r.version: r for r in (
-    Ruleset("1.0.0", "opt_epsilon", False, score_decimals=2),
-    Ruleset("1.1.0", "opt_epsilon", False, lenient_official=_V11_WEIGHTS),
-    Ruleset("2.0.0", "opt_epsilon", False),
+    Ruleset("1.0.0", "opt_epsilon", False, True, score_decimals=2),
+    Ruleset("1.1.0", "opt_epsilon", False, True, lenient_official=_V11_WEIGHTS),
+    Ruleset("2.0.0", "opt_epsilon", False, True),
     Ruleset("2.1.0", "opt_lamb_epsilon", True),
     Ruleset("3.0.0", "opt_lamb_epsilon", True),
     Ruleset("3.1.0", "opt_lamb_epsilon", True),

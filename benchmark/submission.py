@@ -17,8 +17,8 @@ from typing import Callable
 from benchmark import log_keys as k
 from benchmark.log_check import LogReport, check_log
 from benchmark.official import (LONGEST_LINE, PackageOutcome, RcpOutcome,
-                                run_package_checker, run_rcp, system_description_problems,
-                                untrusted_values)
+                                PARAMS_FILE, run_package_checker, run_rcp,
+                                system_description_problems, untrusted_values)
 from benchmark.problems import ERROR, WARNING, Problem
 from benchmark.rulesets import DEFAULT_RULESET
 
@@ -26,7 +26,12 @@ RUNS_PER_RESULT = 10  # BERT runs per result (training rules, Benchmark Results)
 # The package checker takes every result_*.txt; published trees use result_0..9,
 # result_1..10 and result_<id>_<n>.
 RESULT_NAME = re.compile(r"result_.*\.txt")
-TOOL_FILES = {"package_checker_params", "scaling.json"}  # files the official tools read/write
+TOOL_FILES = {PARAMS_FILE, "scaling.json"}  # files the official tools read/write
+RCP_BYPASS = {"rcp-bypass", "rcp_bypass"}  # a line of package_checker_params
+SRC_RCP_MATCH = ("training_rules.adoc, Reference Convergence Points: a submission is matched "
+                 "to an RCP by its batch size")
+SRC_RCP = ("training_rules.adoc, Reference Convergence Points: a submission converging "
+           "significantly faster than the reference may be rejected")
 SRC_OLYMPIC = ("training_rules.adoc, Benchmark Results: one non-converging run may be dropped "
                "as the slowest; more make the result invalid")
 OLYMPIC_NOTE = ("accepted under olympic scoring: one run of ten may fail; this run is scored "
@@ -93,8 +98,13 @@ def _consistency(folder: str, logs: list[LogReport]) -> list[Problem]:
         values = _first_values(logs, key)
         if len(values) > 1:
             shown = "; ".join(f"{v} in {len(paths)} run(s)" for v, paths in values.items())
+            # The RCP and package checks read the batch size, division and benchmark of one
+            # run for all; org and platform names only label the result.
+            binding = key in (k.GLOBAL_BATCH_SIZE, k.SUBMISSION_DIVISION, k.SUBMISSION_BENCHMARK)
             problems.append(Problem(folder, 0, "submission/consistency",
-                                    f"the runs disagree on {key}: {shown}"))
+                                    f"the runs disagree on {key}: {shown}",
+                                    ERROR if binding else WARNING,
+                                    SRC_RCP_MATCH if binding else ""))
     for value, paths in _first_values(logs, k.SEED).items():
         if len(paths) > 1:
             names = ", ".join(Path(p).name for p in paths)
@@ -155,6 +165,27 @@ def _no_tick() -> None:
     """The default progress callback: nothing."""
 
 
+def _train_samples_logged(logs: list[LogReport]) -> bool:
+    """Every run logs a train_samples record (what BERT's train-samples RCP mode reads)."""
+    return bool(logs) and all(log.view is not None and log.view.all(k.TRAIN_SAMPLES)
+                              for log in logs)
+
+
+def _rcp_bypassed(folder: str) -> bool:
+    """A package_checker_params of the result folder, its system folder or the submitter's
+    folder asks to bypass the RCP test ("rcp-bypass", mlperf_logging 4.x; "rcp_bypass",
+    the v2.0 round's submitter-level file)."""
+    here = Path(folder)
+    for place in (here, here.parent, here.parent.parent.parent):
+        try:
+            lines = (place / PARAMS_FILE).read_text().splitlines()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if RCP_BYPASS & {line.strip() for line in lines}:
+            return True
+    return False
+
+
 def _untrusted_log(logs: list[LogReport]) -> str | None:
     """Why the package checker must not see `logs` (None: it may): a log names a division or
     benchmark the official engine would turn into a file path."""
@@ -165,13 +196,16 @@ def _untrusted_log(logs: list[LogReport]) -> str | None:
 
 
 def check_result_folder(folder: str, ruleset: str = DEFAULT_RULESET, official: bool = True,
-                        tick: Callable[[], None] = _no_tick) -> ResultFolder:
+                        tick: Callable[[], None] = _no_tick,
+                        system_division: str | None = None) -> ResultFolder:
     """Check a folder of BERT runs (`result_0.txt` ... `result_9.txt`).
 
     Each log gets the BERT rules and the compliance checker; the set gets the file-count,
     consistency and (closed division, a batch size with RCPs) RCP checks. As in the
     official package checker, one failing run of ten is accepted (its problems become
     warnings) and scored as not converged. `tick` is called after each log (progress).
+    system_division: the division of the system description, when the folder is part of a
+    submission tree; the package checker runs the RCP check only when it says closed.
     """
     result = ResultFolder(folder)
     paths, result.problems = _result_files(folder)
@@ -203,21 +237,48 @@ def check_result_folder(folder: str, ruleset: str = DEFAULT_RULESET, official: b
     if official and too_long:
         result.problems.append(Problem(folder, 0, "rcp/convergence",
                                        f"RCP check not run: {too_long}"))
+    elif official and result.division == "closed" and system_division not in (None, "closed"):
+        result.problems.append(Problem(
+            folder, 0, "rcp/convergence",
+            f"RCP check not run: the system description says division {system_division!r}, and "
+            "the package checker runs it only for 'closed'", WARNING))
     elif official and result.division == "closed" and result.logs:
         batches = [log.view.batch_size for log in result.logs
                    if log.view is not None and log.view.batch_size is not None]
-        train_samples = all(log.view is not None and log.view.all(k.TRAIN_SAMPLES)
-                            for log in result.logs)
         parsed = [log.view.parsed for log in result.logs if log.view is not None]
-        result.rcp = run_rcp(folder, batches[0] if batches else None, parsed, ruleset,
-                             train_samples)
+        # The training rules let the submitter have the RCP check read the samples to
+        # converge from train_samples ("RCP rules", --rcp-bert-train-samples) instead of the
+        # evals' epoch_num; where every run logs train_samples both readings are open to them
+        # (accepted results pass in one of the two only: Google v2.0 in the first, Habana
+        # v1.1 in the second), so the folder passes if either does.
+        for train_samples in ([True, False] if _train_samples_logged(result.logs) else [False]):
+            result.rcp = run_rcp(folder, batches[0] if batches else None, parsed, ruleset,
+                                 train_samples)
+            if result.rcp.passed or not result.rcp.ran:
+                break
         if result.rcp.ran and not result.rcp.passed:
-            result.problems.append(Problem(folder, 0, "rcp/convergence",
-                                           f"RCP check failed: {result.rcp.message}"))
+            bypassed = _rcp_bypassed(folder)
+            result.problems.append(Problem(
+                folder, 0, "rcp/convergence",
+                f"RCP check failed: {result.rcp.message}" + (
+                    f"; bypassed by {PARAMS_FILE} (the result must be defended in the review "
+                    "audit)" if bypassed else "; a submitter may bypass it (rcp-bypass in "
+                    f"{PARAMS_FILE}) and defend the result in the review audit"),
+                WARNING if bypassed else ERROR, "" if bypassed else SRC_RCP))
         elif not result.rcp.ran:
             result.problems.append(Problem(folder, 0, "rcp/convergence",
                                            f"RCP check skipped: {result.rcp.message}", WARNING))
     return result
+
+
+def _system_division(org: Path, system: str) -> str | None:
+    """The division systems/<system>.json names (None: unreadable or not given)."""
+    try:
+        contents = json.loads((org / "systems" / f"{system}.json").read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    division = contents.get("division") if isinstance(contents, dict) else None
+    return division if isinstance(division, str) else None
 
 
 def _system_json(org: Path, system: str, ruleset: str, official: bool,
@@ -248,7 +309,8 @@ def _system_json(org: Path, system: str, ruleset: str, official: bool,
     elif divisions and division not in divisions:
         problems.append(Problem(shown, 0, "submission/division",
                                 f"division is {division!r} but the runs log "
-                                f"{' and '.join(sorted(divisions))}"))
+                                f"{' and '.join(sorted(divisions))}; the package checker "
+                                "goes by this file", WARNING))
     if official:
         problems += system_description_problems(shown, ruleset)
     return problems
@@ -279,7 +341,8 @@ def check_submission(org_dir: str, ruleset: str = DEFAULT_RULESET, official: boo
                 report.problems.append(Problem(str(bench), 0, "submission/layout",
                                                "not a BERT result; not checked", WARNING))
                 continue
-            folder = check_result_folder(str(bench), ruleset, official, tick)
+            folder = check_result_folder(str(bench), ruleset, official, tick,
+                                         _system_division(org, system.name))
             report.folders.append(folder)
             divisions |= {log.view.division for log in folder.logs
                           if log.view is not None and log.view.division_logged}

@@ -94,3 +94,44 @@ def test_runs_must_agree_and_use_distinct_seeds(tree):
 def test_not_a_submission_is_one_problem(tmp_path):
     report = check_submission(str(tmp_path))
     assert [p.rule for p in report.problems] == ["submission/layout"]
+
+
+def _rewrite(bert, edit) -> None:
+    for log in bert.glob("result_*.txt"):
+        log.write_text("\n".join(edit(line) for line in log.read_text().splitlines()) + "\n")
+
+
+def test_failed_rcp_is_an_error_unless_the_submitter_bypasses_it(tree):
+    """Runs converging far faster than the reference fail the RCP test in either reading of
+    the samples; an rcp-bypass params file (the rules' audit route) makes it a warning."""
+    bert = tree / "results" / SYSTEM / "bert"
+
+    def halve(line: str) -> str:
+        if '"train_samples"' in line or '"epoch_num"' in line:
+            obj = json.loads(line.split(":::MLLOG ", 1)[1])
+            for field in ("epoch_num", "first_epoch_num", "epoch_count"):
+                if field in obj["metadata"]:
+                    obj["metadata"][field] //= 4
+            if obj["key"] == "train_samples":
+                obj["value"] //= 4
+            return ":::MLLOG " + json.dumps(obj)
+        return line
+    _rewrite(bert, halve)
+    folder = check_result_folder(str(bert))
+    rcp = [p for p in folder.problems if p.rule == "rcp/convergence"]
+    assert [p.severity for p in rcp] == ["error"] and "bypass" in rcp[0].message
+    (tree / "package_checker_params").write_text("rcp_bypass\n")
+    rcp = [p for p in check_result_folder(str(bert)).problems if p.rule == "rcp/convergence"]
+    assert [p.severity for p in rcp] == ["warning"] and "audit" in rcp[0].message
+
+
+@pytest.mark.parametrize("ruleset, passes", [("1.0.0", True), ("2.1.0", False)])
+def test_a_folder_logging_no_seed_passes_the_package_check_as_its_round_did(tree, ruleset,
+                                                                           passes):
+    bert = tree / "results" / SYSTEM / "bert"
+    _rewrite(bert, lambda line: "" if '"key": "seed"' in line else line)
+    report = check_submission(str(tree), ruleset)
+    assert report.package.passed == passes, report.package.problems
+    messages = " ".join(p.message for p in report.package.problems)
+    assert ("seed checker passed such a folder" in messages) == passes
+    assert ("logs no seed" in messages) == (not passes)
