@@ -1,7 +1,7 @@
 """A BERT run as the rules see it: the parsed records plus what they say about the run.
 
 `build_view(parsed)` reads a `ParsedLog` once and exposes the division, the batch size, the
-eval cadence, the evals (samples, accuracy, line) and the first eval at target, so each rule in
+samples trained, the evals (samples, accuracy, line) and the first eval at target, so each rule in
 `benchmark.rules` stays a few lines. Nothing here judges; it only reads, and never raises on odd
 values (wrong types come back as None).
 """
@@ -83,7 +83,6 @@ class LogView:
     division: str = "closed"
     division_logged: bool = False
     batch_size: int | None = None
-    eval_frequency: int | None = None
     ruleset: str = DEFAULT_RULESET
     trained: int | None = None
     samples_per_eval_logged: bool = True
@@ -204,7 +203,6 @@ def build_view(parsed: ParsedLog, ruleset: str = DEFAULT_RULESET) -> LogView:
     batch = as_int(view.value(k.GLOBAL_BATCH_SIZE))
     if batch is not None and 0 < batch <= k.MAX_GLOBAL_BATCH_SIZE:
         view.batch_size = batch
-        view.eval_frequency = constants.eval_frequency(batch)
 
     view.trained = _trained_samples(view)
     records = view.all(k.EVAL_ACCURACY)

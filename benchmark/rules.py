@@ -10,8 +10,8 @@ An error must have a source: a section of the MLPerf training rules
 (mlcommons/training_policies, training_rules.adoc) or the official ruleset YAML. What no rule
 forbids but looks wrong is a warning. Where an accepted published result contradicts a
 reading of the rules, the reading gives way (see `benchmark.cadence` for the eval schedule).
-A check may yield `Severe(...)`/`Mild(...)` messages to set the severity of one finding
-within a rule whose findings differ.
+A check yields a `Mild(...)` message for a finding that is only a warning within a rule whose
+other findings are errors.
 """
 from __future__ import annotations
 
@@ -41,7 +41,6 @@ SRC_TRAIN_SAMPLES = (f"{RULES_TEXT}, RCP rules: BERT's train_samples is the samp
                      "converge (--rcp-bert-train-samples)")
 SRC_YAML_BLOCK = "common.yaml: block_start and epoch_start only after run_start"
 SRC_YAML_ACCURACY = "closed_bert.yaml: eval_accuracy is compared as a number below 1.0"
-SRC_YAML_HP = "closed_bert.yaml: global_batch_size, from which the eval interval is computed"
 SRC_BENCHMARK = "package checker: results/<system>/bert holds BERT logs"
 SRC_SCORING = (f"{RULES_TEXT}, Benchmark Results: only converged runs are scored; run_stop "
                "status says so")
