@@ -5,7 +5,7 @@ from __future__ import annotations
 from benchmark import constants
 from benchmark.log_view import build_view
 from benchmark.mllog_parse import parse_text
-from benchmark.rules import RULES, check_eval_cadence, run_rules
+from benchmark.rules import NOT_LOGGED, RULES, check_eval_cadence, run_rules
 from tests.benchmark import gallery
 from tests.benchmark.synthetic import HYPERPARAMETERS_3072, RunSpec, write_run
 
@@ -113,3 +113,19 @@ def test_blocks_counted_in_steps_are_checked_for_tiling_only():
     gap = gallery.set_meta("block_start", "first_epoch_num", 3 * 586 + 1, 3)(out)
     assert bert_rules("\n".join(gap)) == set()
     assert bert_rules("\n".join(gap), "warning") == {"bert/blocks"}
+
+
+def test_every_bert_ruleset_checks_with_its_own_epsilon_key():
+    from benchmark.log_check import check_log
+    from benchmark.official import available_rulesets
+    from benchmark.rulesets import RULESETS
+    assert available_rulesets() == list(RULESETS)
+    path = str(gallery.LOGS / gallery.CLOSED)  # logs opt_epsilon, the 1.0.0-2.0.0 key
+    for version, facts in RULESETS.items():
+        report = check_log(path, version)
+        assert not [p for p in report.problems if p.rule.startswith("internal/")], version
+        renamed = facts.epsilon_key != "opt_epsilon"
+        assert ("official/opt_lamb_epsilon" in {p.rule for p in report.problems}) == renamed
+        ours = [p.message for p in check_log(path, version, official=False).problems
+                if p.rule == "bert/hyperparameters"]
+        assert ours == ([NOT_LOGGED + "opt_lamb_epsilon"] if renamed else []), version
