@@ -34,6 +34,7 @@ from benchmark import summary
 
 FORMATS = ("text", "json", "csv", "markdown")
 PROGRESS_FROM = 20  # logs; fewer are checked without a progress bar
+PLOT_FORMATS = (".png", ".pdf", ".svg")  # what --plot writes (matplotlib picks by suffix)
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
 
 
@@ -301,8 +302,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             reason = summary.plot_available()
             if reason:
                 raise UsageError(reason)
-            if not Path(args.plot).resolve().parent.is_dir():
-                raise UsageError(f"cannot write the plot: no folder {Path(args.plot).parent}")
+            plot = Path(args.plot)
+            if plot.is_dir():
+                raise UsageError(f"--plot {args.plot} is a folder; give a file name such as "
+                                 f"{plot / 'accuracy.png'}")
+            if plot.suffix.lower() not in PLOT_FORMATS:
+                raise UsageError(f"--plot {args.plot}: give a file name ending in "
+                                 f"{', '.join(PLOT_FORMATS)}")
+            if not plot.resolve().parent.is_dir():
+                raise UsageError(f"cannot write the plot: no folder {plot.parent}")
     except UsageError as exc:
         print(f"check: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -74,6 +74,8 @@ def test_result_folder_and_submission_get_score_rcp_and_package_verdict(tmp_path
     (["--ruleset", "0.0.1", VALID], "unknown ruleset"),
     (["--format", "yaml", VALID], "invalid choice"),
     (["--plot", "/no/such/dir/x.png", VALID], "no folder"),
+    (["--plot", "/tmp", VALID], "is a folder; give a file name such as /tmp/accuracy.png"),
+    (["--plot", "accuracy", VALID], "give a file name ending in .png, .pdf, .svg"),
 ])
 def test_usage_errors_are_one_line_and_status_2(capsys, args, fragment):
     status, out, err = run_main(capsys, *args)
