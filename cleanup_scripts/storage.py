@@ -12,6 +12,12 @@ account in GOOGLE_APPLICATION_CREDENTIALS, or the metadata server on Google Clou
 STORAGE_EMULATOR_HOST is set (`http://127.0.0.1:9023`), every request goes to that emulator
 without credentials instead.
 
+A `gs://` URL is checked before any request (`parse_gcs_url`: the bucket naming rules), and
+an upload refuses, before sending anything, a path that leads outside the source directory
+(absolute, `..`, a symlink out of it) and a file whose md5 is no longer the one `manifest.tsv`
+lists (the pipeline's ledgers in `.state/` vouch for unchanged size and mtime; other files
+are hashed again).
+
 Every transfer is checked against an md5: an upload sends the file's md5 (from the dataset's
 `manifest.tsv`, else computed) in the object's metadata, so the bucket itself rejects other
 bytes, and the md5 the bucket reports afterwards is compared again; a download is compared
@@ -32,6 +38,7 @@ import concurrent.futures
 import contextlib
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -48,6 +55,8 @@ from google.cloud import storage
 from tqdm import tqdm
 
 from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir
+from cleanup_scripts.layout import DatasetLayout
+from cleanup_scripts.ledger import Entry, OutputLedger
 from cleanup_scripts.runner import StageSummary, exit_on_input_error, report
 from cleanup_scripts.verify import md5_file
 
@@ -64,6 +73,9 @@ DEFAULT_THREADS = 8
 TIMEOUT_S = (30, 300)  # connect, read
 RETRIES = 5
 RETRY_WAIT_S = 1.0
+OBJECT_NAME_MAX_BYTES = 1024
+_IP_ADDRESS = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3}){3}")
+_GOOGLE = re.compile(r"g[o0][o0]gle")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -99,14 +111,49 @@ def is_gcs_url(text: str | os.PathLike) -> bool:
     return isinstance(text, str) and text.startswith(GS_SCHEME)
 
 
+def bucket_name_problem(name: str) -> str | None:
+    """Why `name` breaks Cloud Storage's bucket naming rules, or None when it follows them:
+    3-63 characters (up to 222 with dots, each dot-separated part at most 63), only lowercase
+    letters, digits, `-`, `_` and `.`, a letter or digit at both ends, not an IP address, no
+    `goog` prefix and no `google` (nor `g00gle`) inside."""
+    bad = sorted(set(re.sub(r"[a-z0-9._-]", "", name)))
+    if bad:
+        return (f"{', '.join(map(repr, bad))} not allowed (only lowercase letters, digits, "
+                f"'-', '_' and '.')")
+    if not 3 <= len(name) <= (222 if "." in name else 63):
+        return f"{len(name)} characters, must be 3 to 63 (up to 222 when it has dots)"
+    if any(len(part) > 63 for part in name.split(".")):
+        return "a dot-separated part is longer than 63 characters"
+    if not (name[0].isalnum() and name[-1].isalnum()):
+        return "must start and end with a letter or digit"
+    if _IP_ADDRESS.fullmatch(name):
+        return "must not be an IP address"
+    if name.startswith("goog"):
+        return "must not start with 'goog'"
+    if _GOOGLE.search(name):
+        return "must not contain 'google' or a look-alike"
+    return None
+
+
 def parse_gcs_url(url: str) -> GcsUrl:
-    """Parse `gs://bucket[/prefix]`; InputError if it is not one."""
+    """Parse `gs://bucket[/prefix]`, the one place `gs://` URLs are checked: InputError, in one
+    line naming the URL and the reason, for anything else, a bucket name that breaks the
+    naming rules (`bucket_name_problem`), or a prefix that no object name can start with."""
+    shown = url if isinstance(url, str) and url.isprintable() else repr(url)
     if not is_gcs_url(url):
-        raise InputError(f"{url}: not a gs://bucket/prefix URL")
+        raise InputError(f"{shown}: not a gs://bucket/prefix URL")
     bucket, _, prefix = url[len(GS_SCHEME):].partition("/")
     prefix = prefix.strip("/")
     if not bucket or any(part in ("", ".", "..") for part in prefix.split("/") if prefix):
-        raise InputError(f"{url}: not a gs://bucket/prefix URL")
+        raise InputError(f"{shown}: not a gs://bucket/prefix URL")
+    problem = bucket_name_problem(bucket)
+    if problem:
+        raise InputError(f"{shown}: invalid bucket name {bucket!r}: {problem}")
+    if "\r" in prefix or "\n" in prefix:
+        raise InputError(f"{shown}: object names cannot contain line breaks")
+    if len(prefix.encode("utf-8")) + 2 > OBJECT_NAME_MAX_BYTES:  # room for "/x" after it
+        raise InputError(f"{shown}: the prefix leaves no room for object names (at most "
+                         f"{OBJECT_NAME_MAX_BYTES} bytes in all)")
     return GcsUrl(bucket, prefix)
 
 
@@ -203,6 +250,22 @@ class LocalFile:
     md5: str | None  # None: not known yet (computed when needed)
 
 
+def inside_source(root: Path, relative: str, where: str) -> Path:
+    """`root/relative`, refused (InputError naming `where` and the path) unless it stays inside
+    `root`: no absolute path, no `..`, `.` or empty component, no symlink (anywhere on the way)
+    whose target leaves `root`."""
+    if relative.startswith("/"):
+        raise InputError(f"{where}: {relative!r} is outside {root} (an absolute path)")
+    if any(part in ("", ".", "..") for part in relative.split("/")):
+        raise InputError(f"{where}: {relative!r} is not a plain relative path under {root} "
+                         f"(a '..', '.' or empty component)")
+    path = root / relative
+    target = path.resolve()
+    if not target.is_relative_to(root.resolve()):
+        raise InputError(f"{where}: {relative!r} is outside {root} (a symlink to {target})")
+    return path
+
+
 def _is_hidden(relative: PurePosixPath) -> bool:
     return any(part.startswith(".") for part in relative.parts) or \
         relative.name.endswith(".partial")
@@ -211,7 +274,8 @@ def _is_hidden(relative: PurePosixPath) -> bool:
 def read_manifest(source_dir: Path) -> list[LocalFile]:
     """The files listed in `source_dir/manifest.tsv` (path, bytes, md5), plus the manifest.
 
-    InputError when a listed file is missing or has another size than the manifest says.
+    InputError when a listed path leads outside `source_dir` (see `inside_source`), or a
+    listed file is missing or has another size than the manifest says.
     """
     manifest = source_dir / MANIFEST
     try:
@@ -227,7 +291,7 @@ def read_manifest(source_dir: Path) -> list[LocalFile]:
             raise InputError(f"{manifest}:{number}: expected 'path<TAB>bytes<TAB>md5': "
                              f"{line[:60]!r}")
         relative, size, md5 = fields[0], int(fields[1]), fields[2].lower()
-        path = source_dir / relative
+        path = inside_source(source_dir, relative, f"{manifest}:{number}")
         try:
             actual = path.stat().st_size
         except OSError as err:
@@ -243,7 +307,8 @@ def read_manifest(source_dir: Path) -> list[LocalFile]:
 def local_files(source_dir: str | os.PathLike) -> list[LocalFile]:
     """What an upload of `source_dir` sends: the files of its `manifest.tsv` and the manifest
     itself when there is one (a `make preprocess` output), else every file in the tree except
-    hidden ones (`.state/`, `.*`) and `*.partial` downloads."""
+    hidden ones (`.state/`, `.*`) and `*.partial` downloads. InputError for a file (or a
+    manifest path) that leads outside `source_dir`."""
     root = Path(source_dir)
     if not root.is_dir():
         raise InputError(f"{root}: not a directory")
@@ -253,8 +318,57 @@ def local_files(source_dir: str | os.PathLike) -> list[LocalFile]:
     for path in sorted(root.rglob("*")):
         relative = PurePosixPath(path.relative_to(root).as_posix())
         if path.is_file() and not _is_hidden(relative):
+            inside_source(root, str(relative), str(path))
             files.append(LocalFile(str(relative), path, path.stat().st_size, None))
     return files
+
+
+def _ledger_entries(root: Path) -> dict[str, list[Entry]]:
+    """What the pipeline's ledgers (`root/.state/<stage>.outputs`) recorded of each path."""
+    recorded: dict[str, list[Entry]] = {}
+    for ledger in sorted(DatasetLayout(root).state_dir.glob("*.outputs")):
+        for relative, entry in OutputLedger(ledger, root).entries().items():
+            recorded.setdefault(relative, []).append(entry)
+    return recorded
+
+
+def current_md5(local: LocalFile, root: Path, recorded: dict[str, list[Entry]]) -> str:
+    """The md5 of `local` as it is now: a ledger's (see `_ledger_entries`) when it recorded the
+    file's present size and mtime, else the md5 of its bytes."""
+    try:
+        stat = local.path.stat()
+        for entry in recorded.get(str(local.path.resolve().relative_to(root.resolve())), ()):
+            if (entry.size, entry.mtime_ns) == (stat.st_size, stat.st_mtime_ns):
+                return entry.md5
+        return md5_file(local.path)
+    except OSError as err:
+        raise InputError(f"{local.path}: cannot read ({err.strerror})") from err
+
+
+def check_manifest_md5s(files: list[LocalFile], source_dir: str | os.PathLike, url: GcsUrl,
+                        existing: dict[str, RemoteObject], nworker: int = DEFAULT_THREADS
+                        ) -> None:
+    """Check that every file listed with an md5 (from `manifest.tsv`) still has that md5, in
+    `nworker` threads, cheaply where a ledger vouches for it (`current_md5`).
+
+    InputError naming the first file that changed since the manifest was written, with the
+    manifest's md5, the file's and the bucket's (or that the object is absent).
+    """
+    root = Path(source_dir)
+    listed = [local for local in files if local.md5]
+    recorded = _ledger_entries(root)
+    with concurrent.futures.ThreadPoolExecutor(_thread_count(nworker, len(listed))) as pool:
+        actual = list(pool.map(lambda local: current_md5(local, root, recorded), listed))
+    changed = [(local, md5) for local, md5 in zip(listed, actual) if md5 != local.md5]
+    if not changed:
+        return
+    local, md5 = changed[0]
+    remote = existing.get(local.relative)
+    bucket = f"bucket md5 {remote.md5 or 'none'}" if remote else "not in the bucket"
+    more = f"; {len(changed) - 1} more files changed too" if len(changed) > 1 else ""
+    raise InputError(f"{local.path}: changed since {MANIFEST} was written: manifest md5 "
+                     f"{local.md5}, file md5 {md5}, {bucket} ({url.child(local.relative)}); "
+                     f"nothing uploaded{more}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -467,6 +581,12 @@ def upload_file(client: storage.Client, url: GcsUrl, local: LocalFile,
                     sent, resumed_from)
 
 
+def _thread_count(nworker: int, items: int) -> int:
+    """Threads for `items` jobs: `nworker` (DEFAULT_THREADS when not positive), at most one
+    per job, at least one."""
+    return max(1, min(nworker if nworker > 0 else DEFAULT_THREADS, items or 1))
+
+
 def _run_in_threads(function: Callable, items: list, nworker: int, total_bytes: int,
                     desc: str) -> list:
     """Apply `function(client, item, on_bytes)` to each item in `nworker` threads (one storage
@@ -487,9 +607,8 @@ def _run_in_threads(function: Callable, items: list, nworker: int, total_bytes: 
         return function(local.client, item, on_bytes)
 
     results, errors = [], []
-    workers = max(1, min(nworker if nworker > 0 else DEFAULT_THREADS, len(items) or 1))
     try:
-        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        with concurrent.futures.ThreadPoolExecutor(_thread_count(nworker, len(items))) as pool:
             for future in [pool.submit(job, item) for item in items]:
                 try:
                     results.append(future.result())
@@ -509,13 +628,18 @@ def upload_tree(source_dir: str | os.PathLike, url: str | GcsUrl, nworker: int =
                 chunk_size: int = DEFAULT_CHUNK_SIZE, state_dir: str | os.PathLike | None = None
                 ) -> list[Transfer]:
     """Upload `source_dir` (see `local_files`) to `url` in `nworker` threads, resuming where
-    an earlier run stopped; every object's md5 is checked. Returns one Transfer per file."""
+    an earlier run stopped; every object's md5 is checked. Returns one Transfer per file.
+
+    Nothing is uploaded unless every path stays inside `source_dir` and every file listed in
+    its manifest still has the manifest's size and md5 (`check_manifest_md5s`).
+    """
     url = parse_gcs_url(url) if isinstance(url, str) else url
     if chunk_size % CHUNK_QUANTUM:
         raise InputError(f"chunk size {chunk_size}: not a multiple of {CHUNK_QUANTUM} bytes")
     files = local_files(source_dir)
-    state_dir = ensure_dir(state_dir or Path(source_dir) / ".state" / "upload")
     existing = list_objects(url, make_client())
+    check_manifest_md5s(files, source_dir, url, existing, nworker)
+    state_dir = ensure_dir(state_dir or Path(source_dir) / ".state" / "upload")
     files.sort(key=lambda item: -item.size)  # big files first: a shorter tail
     return _run_in_threads(
         lambda client, local, on_bytes: upload_file(

@@ -5,6 +5,9 @@
 
 Sends the files of `SOURCE_DIR/manifest.tsv` and the manifest itself (a `make preprocess`
 output), or every non-hidden file when there is no manifest, to `gs://BUCKET/PREFIX/<path>`.
+Nothing is sent when the URL breaks the bucket naming rules, a path leads outside SOURCE_DIR
+(absolute, `..`, a symlink out of it), or a listed file no longer has the manifest's md5
+(`.state/` ledgers vouch for files whose size and mtime are unchanged; others are hashed).
 Each object carries the file's md5 (the manifest's, else computed) in its metadata, so the
 bucket refuses other bytes, and the md5 the bucket then reports is compared again: a mismatch
 ends the run with a one-line error naming the object. Objects already in the bucket with the

@@ -167,11 +167,11 @@ def main(argv: list[str] | None = None) -> None:
     started = time.time()
     eval_counts = None  # (where, official hashes, hashes)
     if args.directory.startswith("gs://"):
-        from cleanup_scripts import verify_bucket  # google-cloud-storage, only when needed
+        from cleanup_scripts import storage, verify_bucket  # google-cloud-storage, if needed
+        url = storage.parse_gcs_url(args.directory)  # checked before any request
         root = PurePosixPath()
-        findings = verify_bucket.check_bucket(args.directory)
-        eval_counts = verify_bucket.count_official_eval_hashes_in_bucket(args.directory,
-                                                                         findings)
+        findings = verify_bucket.check_bucket(url)
+        eval_counts = verify_bucket.count_official_eval_hashes_in_bucket(url, findings)
     else:
         root = Path(args.directory)
         findings = check_directory(root)

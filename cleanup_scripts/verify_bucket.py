@@ -47,17 +47,16 @@ def check_remote_artifact(objects: dict[str, storage.RemoteObject],
     return Finding(artifact, "ok", found, size=remote.size)
 
 
-def check_bucket(url: str) -> list[Finding]:
-    """Check every known artifact under `gs://bucket/prefix` from object metadata only.
-
-    InputError (one line) for a malformed URL, a missing bucket or missing credentials.
+def check_bucket(url: storage.GcsUrl) -> list[Finding]:
+    """Check every known artifact under `url` (from `storage.parse_gcs_url`) from object
+    metadata only. InputError (one line) for a missing bucket or missing credentials.
     """
-    objects = storage.list_objects(storage.parse_gcs_url(url))
+    objects = storage.list_objects(url)
     return [check_remote_artifact(objects, artifact)
             for artifact in checksums.known_artifacts().values()]
 
 
-def count_official_eval_hashes_in_bucket(url: str, findings: list[Finding]
+def count_official_eval_hashes_in_bucket(url: storage.GcsUrl, findings: list[Finding]
                                          ) -> tuple[str, int, int] | None:
     """(where, official hashes, hashes) of the bucket's `results/eval.md5` (located by
     `findings`), read into a temporary file; None when there is none."""
@@ -65,13 +64,12 @@ def count_official_eval_hashes_in_bucket(url: str, findings: list[Finding]
                   if f.artifact.path == "results/eval.md5" and f.found_at is not None), None)
     if found is None:
         return None
-    gs_url = storage.parse_gcs_url(url)
-    where = gs_url.child(found.as_posix())
+    where = url.child(found.as_posix())
     client = storage.make_client()
     with tempfile.TemporaryDirectory() as scratch:
         local = Path(scratch) / "eval.md5"
         try:
-            client.bucket(gs_url.bucket).blob(gs_url.object_name(found.as_posix())) \
+            client.bucket(url.bucket).blob(url.object_name(found.as_posix())) \
                 .download_to_filename(str(local), client=client)
         except api_exceptions.GoogleAPIError as err:
             raise InputError(f"{where}: cannot read ({err})") from err

@@ -26,6 +26,7 @@ google_crc32c = pytest.importorskip("google_crc32c")
 import cleanup_scripts  # noqa: E402
 from cleanup_scripts import checksums, storage, verify_bucket  # noqa: E402
 from cleanup_scripts.fileio import InputError  # noqa: E402
+from cleanup_scripts.ledger import OutputLedger  # noqa: E402
 from tests.conftest import REPO, md5_of, run_module  # noqa: E402
 
 OFFICIAL_EVAL_MD5 = checksums.CHECKSUMS_DIR / checksums.EVAL_ARTICLES_FILE
@@ -137,13 +138,13 @@ def bucket_md5s(url: str) -> dict[str, str | None]:
 
 
 def test_gs_urls_parse_and_md5s_convert():
-    assert storage.parse_gcs_url("gs://b") == storage.GcsUrl("b", "")
-    url = storage.parse_gcs_url("gs://b/data/bert/")
-    assert url == storage.GcsUrl("b", "data/bert")
-    assert url.child("results/eval.txt") == "gs://b/data/bert/results/eval.txt"
-    assert str(url) == "gs://b/data/bert"
-    for bad in ("b/data", "gs://", "gs:///x", "gs://b/../x"):
-        with pytest.raises(InputError):
+    assert storage.parse_gcs_url("gs://bkt") == storage.GcsUrl("bkt", "")
+    url = storage.parse_gcs_url("gs://bkt/data/bert/")
+    assert url == storage.GcsUrl("bkt", "data/bert")
+    assert url.child("results/eval.txt") == "gs://bkt/data/bert/results/eval.txt"
+    assert str(url) == "gs://bkt/data/bert"
+    for bad in ("bkt/data", "gs://", "gs:///x", "gs://bkt/../x"):
+        with pytest.raises(InputError, match="not a gs://bucket/prefix URL"):
             storage.parse_gcs_url(bad)
     digest = hashlib.md5(b"abc").hexdigest()
     assert storage.md5_hex(storage.md5_base64(digest)) == digest
@@ -196,27 +197,49 @@ def test_verify_finds_reference_layout_in_a_bucket(bucket):
     client = storage.make_client()
     client.bucket(bucket).blob("x/wiki/vocab.txt").upload_from_filename(
         str(cleanup_scripts.VOCAB_FILE))
-    findings = {f.artifact.path: f for f in verify_bucket.check_bucket(f"gs://{bucket}/x")}
+    findings = {f.artifact.path: f for f in verify_bucket.check_bucket(
+        storage.parse_gcs_url(f"gs://{bucket}/x"))}
     assert findings["vocab.txt"].status == "ok"
     assert findings["vocab.txt"].found_at.as_posix() == "wiki/vocab.txt"
     assert findings["bert_config.json"].status == "missing"
 
 
-def test_upload_stops_on_bytes_that_differ_from_the_manifest(dataset, bucket):
+def flip_first_byte(path: Path) -> tuple[str, str]:
+    """Change `path`'s first byte (same size); (md5 before, md5 after)."""
+    data = bytearray(path.read_bytes())
+    before = hashlib.md5(data).hexdigest()
+    data[0] ^= 1
+    path.write_bytes(bytes(data))
+    return before, hashlib.md5(data).hexdigest()
+
+
+def test_upload_refuses_a_file_changed_since_the_manifest_before_sending_anything(
+        dataset, bucket):
     part = dataset / "results" / "part-00100-of-00500"
-    data = bytearray(part.read_bytes())
-    data[0] ^= 1  # the manifest's md5 no longer matches the file
-    part.write_bytes(bytes(data))
+    manifest_md5, file_md5 = flip_first_byte(part)
     url = f"gs://{bucket}/bert"
     result = run_module("cleanup_scripts.upload", f"--bucket={url}",
                         f"--source_dir={dataset}", check=False)
     assert result.returncode == 1
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1
-    assert lines[0].startswith(f"error: {url}/results/part-00100-of-00500: the bucket's md5")
-    uploaded = bucket_md5s(url)
-    assert "results/part-00100-of-00500" not in uploaded  # the bucket refused it
-    assert len(uploaded) == 6  # the others went up
+    assert result.stderr == (
+        f"error: {part}: changed since manifest.tsv was written: manifest md5 {manifest_md5}, "
+        f"file md5 {file_md5}, not in the bucket ({url}/results/part-00100-of-00500); "
+        f"nothing uploaded\n")
+    assert bucket_md5s(url) == {}  # not even the files that are fine
+    assert not (dataset / ".state" / "upload").exists()
+
+
+def test_bucket_refuses_bytes_that_are_not_the_md5_sent(tmp_path, bucket):
+    path = tmp_path / "data.bin"
+    path.write_bytes(b"the bytes on disk")
+    url = storage.parse_gcs_url(f"gs://{bucket}/x")
+    claimed = hashlib.md5(b"other bytes").hexdigest()
+    local = storage.LocalFile("data.bin", path, path.stat().st_size, claimed)
+    with pytest.raises(InputError, match=f"^{url}/data.bin: the bucket's md5 of the uploaded "
+                                         f"bytes is not {claimed}, the md5 of {path} "):
+        storage.upload_file(storage.make_client(), url, local, None, storage.DEFAULT_CHUNK_SIZE,
+                            tmp_path / "state")
+    assert bucket_md5s(str(url)) == {}
 
 
 def test_missing_bucket_is_a_one_line_error(emulator, monkeypatch):
@@ -225,6 +248,152 @@ def test_missing_bucket_is_a_one_line_error(emulator, monkeypatch):
     assert result.returncode == 1
     assert result.stderr.strip() == "error: gs://no-such-bucket/x: not found (no such bucket " \
                                     "or object)"
+
+
+# ----------------------------------------------------------------------------------------------
+# Refused before anything is sent: a bad bucket name, paths outside the source directory, files
+# that changed since the manifest was written.
+
+
+@pytest.mark.parametrize("url, reason", [
+    ("gs://Bad_Name!!/x", "'!', 'B', 'N' not allowed (only lowercase letters, digits, '-', '_' "
+                          "and '.')"),
+    ("gs://my bucket/x", "' ' not allowed"),
+    ("gs://ab", "2 characters, must be 3 to 63 (up to 222 when it has dots)"),
+    ("gs://" + "a" * 64, "64 characters, must be 3 to 63"),
+    ("gs://" + "a" * 64 + ".example", "a dot-separated part is longer than 63 characters"),
+    ("gs://-bucket/x", "must start and end with a letter or digit"),
+    ("gs://bucket_", "must start and end with a letter or digit"),
+    ("gs://192.168.5.4/x", "must not be an IP address"),
+    ("gs://goog-data", "must not start with 'goog'"),
+    ("gs://my-g00gle-data", "must not contain 'google' or a look-alike"),
+])
+def test_bucket_names_that_break_the_naming_rules(url, reason):
+    bucket = url[len("gs://"):].partition("/")[0]
+    with pytest.raises(InputError) as raised:
+        storage.parse_gcs_url(url)
+    assert str(raised.value).startswith(f"{url}: invalid bucket name {bucket!r}: {reason}")
+
+
+def test_bucket_names_within_the_rules_and_prefixes_without_line_breaks():
+    for bucket in ("abc", "my_bucket.example-1", "0" * 63, ".".join(["a" * 63] * 3)):
+        assert storage.parse_gcs_url(f"gs://{bucket}/x") == storage.GcsUrl(bucket, "x")
+    with pytest.raises(InputError) as raised:
+        storage.parse_gcs_url("gs://bkt/a\nb")
+    assert str(raised.value) == "'gs://bkt/a\\nb': object names cannot contain line breaks"
+    with pytest.raises(InputError, match="the prefix leaves no room for object names"):
+        storage.parse_gcs_url("gs://bkt/" + "p" * 1023)
+
+
+def test_a_bad_bucket_name_is_one_line_before_any_request(dataset, monkeypatch):
+    # Nothing listens there: a request would fail with another message (or a traceback).
+    monkeypatch.setenv(storage.EMULATOR_ENV, f"http://127.0.0.1:{free_port()}")
+    url = "gs://Bad_Name!!/x"
+    expected = (f"error: {url}: invalid bucket name 'Bad_Name!!': '!', 'B', 'N' not allowed "
+                f"(only lowercase letters, digits, '-', '_' and '.')\n")
+    for args in (["cleanup_scripts.upload", f"--bucket={url}", f"--source_dir={dataset}"],
+                 ["cleanup_scripts.storage", "ls", url],
+                 ["cleanup_scripts.storage", "download", url, str(dataset / "copy")],
+                 ["cleanup_scripts.verify", url]):
+        result = run_module(*args, check=False)
+        assert (result.returncode, result.stdout, result.stderr) == (1, "", expected), args
+    assert not (dataset / ".state" / "upload").exists()
+    assert not (dataset / "copy").exists()
+
+
+def add_manifest_line(dataset: Path, relative: str, payload: bytes) -> int:
+    """Append `relative` (with `payload`'s size and md5) to the manifest; its line number."""
+    manifest = dataset / "manifest.tsv"
+    lines = manifest.read_text().splitlines()
+    lines.append(f"{relative}\t{len(payload)}\t{hashlib.md5(payload).hexdigest()}")
+    manifest.write_text("\n".join(lines) + "\n")
+    return len(lines)
+
+
+@pytest.mark.parametrize("listed, reason", [
+    ("{outside}", "is outside {dataset} (an absolute path)"),
+    ("../outside.txt", "is not a plain relative path under {dataset} (a '..', '.' or empty "
+                       "component)"),
+    ("results/../../outside.txt", "is not a plain relative path under {dataset}"),
+    ("results/escape", "is outside {dataset} (a symlink to {outside})"),
+    ("linked/outside.txt", "is outside {dataset} (a symlink to {outside})"),
+])
+def test_upload_refuses_manifest_paths_outside_the_source_dir(dataset, bucket, listed, reason):
+    payload = b"not part of the dataset\n"
+    outside = dataset.parent / "outside.txt"
+    outside.write_bytes(payload)
+    (dataset / "results" / "escape").symlink_to(outside)  # a file symlink leading out
+    (dataset / "linked").symlink_to(dataset.parent)  # a folder symlink leading out
+    listed = listed.format(outside=outside)
+    number = add_manifest_line(dataset, listed, payload)
+    url = f"gs://{bucket}/bert"
+    result = run_module("cleanup_scripts.upload", f"--bucket={url}",
+                        f"--source_dir={dataset}", check=False)
+    assert result.returncode == 1
+    assert result.stderr.startswith(
+        f"error: {dataset / 'manifest.tsv'}:{number}: {listed!r} "
+        f"{reason.format(dataset=dataset, outside=outside)}")
+    assert result.stderr.count("\n") == 1
+    assert bucket_md5s(url) == {}
+
+
+def test_upload_follows_symlinks_only_inside_the_source_dir(tmp_path, bucket):
+    source = tmp_path / "source"
+    (source / "data").mkdir(parents=True)
+    (source / "data" / "a.txt").write_bytes(b"a\n")
+    (source / "alias.txt").symlink_to(source / "data" / "a.txt")  # stays inside: uploaded
+    url = f"gs://{bucket}/tree"
+    run_module("cleanup_scripts.upload", f"--bucket={url}", f"--source_dir={source}")
+    md5 = hashlib.md5(b"a\n").hexdigest()
+    assert bucket_md5s(url) == {"data/a.txt": md5, "alias.txt": md5}
+
+    (tmp_path / "secret").write_bytes(b"secret\n")
+    (source / "data" / "z.txt").write_bytes(b"z\n")
+    (source / "data" / "secret").symlink_to(tmp_path / "secret")
+    result = run_module("cleanup_scripts.upload", f"--bucket={url}",
+                        f"--source_dir={source}", check=False)
+    assert result.returncode == 1
+    assert result.stderr == (f"error: {source / 'data' / 'secret'}: 'data/secret' is outside "
+                             f"{source} (a symlink to {tmp_path / 'secret'})\n")
+    assert bucket_md5s(url) == {"data/a.txt": md5, "alias.txt": md5}  # z.txt not sent either
+
+
+def test_upload_does_not_skip_a_file_that_changed_after_it_was_uploaded(dataset, bucket):
+    url = f"gs://{bucket}/bert"
+    run_module("cleanup_scripts.upload", f"--bucket={url}", f"--source_dir={dataset}")
+    vocab = dataset / "vocab.txt"
+    manifest_md5, file_md5 = flip_first_byte(vocab)  # same size: the manifest's size matches
+    before = bucket_md5s(url)
+    result = run_module("cleanup_scripts.upload", f"--bucket={url}",
+                        f"--source_dir={dataset}", check=False)
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"error: {vocab}: changed since manifest.tsv was written: manifest md5 {manifest_md5}, "
+        f"file md5 {file_md5}, bucket md5 {manifest_md5} ({url}/vocab.txt); nothing "
+        f"uploaded\n")
+    assert bucket_md5s(url) == before
+
+
+def test_a_ledger_vouches_for_files_whose_size_and_mtime_it_recorded(dataset, bucket):
+    """`make preprocess` leaves `.state/<stage>.outputs` (size, mtime, md5 per output): a file
+    that still has the recorded size and mtime is not hashed again, any other one is."""
+    url = f"gs://{bucket}/bert"
+    run_module("cleanup_scripts.upload", f"--bucket={url}", f"--source_dir={dataset}")
+    part = dataset / "tfrecords" / "part-00100-of-00500"
+    OutputLedger(dataset / ".state" / "tfrecords.outputs", dataset).record(part)
+    recorded = part.stat().st_mtime_ns
+    manifest_md5, file_md5 = flip_first_byte(part)
+    os.utime(part, ns=(recorded, recorded))  # size and mtime as recorded: the ledger is trusted
+    again = run_module("cleanup_scripts.upload", f"--bucket={url}", f"--source_dir={dataset}")
+    assert "0 transferred, 7 already there with the right md5" in again.stdout
+
+    os.utime(part, ns=(recorded + 10**9, recorded + 10**9))  # touched: hashed again
+    result = run_module("cleanup_scripts.upload", f"--bucket={url}",
+                        f"--source_dir={dataset}", check=False)
+    assert result.returncode == 1
+    assert result.stderr.startswith(
+        f"error: {part}: changed since manifest.tsv was written: manifest md5 {manifest_md5}, "
+        f"file md5 {file_md5}, bucket md5 {manifest_md5} ")
 
 
 def start_and_kill(args: list[str], started: callable) -> None:
