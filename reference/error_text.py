@@ -7,3 +7,24 @@ def one_line(err: BaseException) -> str:
     exception's type name when the message is empty."""
     text = str(getattr(err, "message", err)).strip()
     return text.splitlines()[0] if text else type(err).__name__
+
+
+class OutputError(Exception):
+    """An output (checkpoint, summary, log, results file) that cannot be written; the message
+    is one line naming the flag, the path and the reason."""
+
+
+def write_failure(err: BaseException) -> str:
+    """Why a write failed, in a few words (e.g. "Permission denied", "No space left on device").
+
+    An OSError gives its errno text; a TensorFlow error its message without the op's
+    `{{function_node ...}}` prefix and `[Op:...]` suffix, and without the path that the message
+    usually puts before "; <errno text>" (the caller names the path).
+    """
+    if isinstance(err, OSError) and err.strerror:
+        return err.strerror
+    text = one_line(err)
+    if text.startswith("{{"):
+        text = text[text.find("}}") + 2:]
+    text = text.split(" [Op:")[0].strip()
+    return text.rsplit("; ", 1)[-1] or type(err).__name__

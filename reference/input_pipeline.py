@@ -21,7 +21,12 @@ Checking records (`check_first_records`, `check_all_records`, `find_bad_record`)
 TFRecord framing (length, length CRC, data, data CRC) is verified in Python and its features
 parsed with the expected shapes, so that a damaged record is reported as one line naming the
 file, the record's 0-based index within it and the problem; tf.data only says "corrupted
-record at <byte>" or names a feature, without the file.
+record at <byte>" or names a feature, without the file. Given `IdRanges` (the BERT config's table
+sizes), the checks also find ids that index outside a table: token ids outside [0, vocab_size),
+type ids outside [0, type_vocab_size), masked positions outside [0, max_seq_length), next-sentence
+labels other than 0 and 1. On a GPU such an id is not an error (a gather out of range returns
+zeros, and so does one_hot, on any device), so the training stream asserts the same ranges
+(`train_dataset(id_ranges=...)`): a record out of range fails the run, and the scan then names it.
 
 Paths may be local or any file system TensorFlow reads (gs://...); patterns are comma-separated
 globs, as the reference's `--input_file`.
@@ -32,8 +37,9 @@ import itertools
 import struct
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Mapping
 
+import numpy as np
 import tensorflow as tf
 
 from cleanup_scripts.pretraining_features import (DecodeError, decode_example, feature_spec,
@@ -81,11 +87,63 @@ def expand_patterns(patterns: str, flag: str = "--input_file") -> list[str]:
     return files
 
 
-def parse_batch(serialized: tf.Tensor, max_seq_length: int,
-                max_predictions_per_seq: int) -> dict[str, tf.Tensor]:
-    """Parse a [B] batch of serialized examples; int64 features become int32."""
+@dataclass(frozen=True)
+class IdRanges:
+    """The sizes of the tables that a record's ids index (from the BERT config)."""
+
+    vocab_size: int
+    type_vocab_size: int
+
+    def limits(self, max_seq_length: int) -> list[tuple[str, str, int, str]]:
+        """(feature, what its values are, the exclusive upper bound, where the bound comes
+        from) for every feature that indexes a table; every bound's lower end is 0."""
+        vocab = f"vocab_size {self.vocab_size} of --bert_config_file"
+        return [("input_ids", "id", self.vocab_size, vocab),
+                ("segment_ids", "id", self.type_vocab_size,
+                 f"type_vocab_size {self.type_vocab_size} of --bert_config_file"),
+                ("masked_lm_positions", "position", max_seq_length,
+                 f"--max_seq_length={max_seq_length}"),
+                ("masked_lm_ids", "id", self.vocab_size, vocab),
+                ("next_sentence_labels", "label", 2, "2 (0 or 1)")]
+
+    def first_problem(self, columns: Mapping[str, np.ndarray],
+                      max_seq_length: int) -> tuple[int, str] | None:
+        """The first row of parsed feature columns ([records, length] arrays) holding a value
+        out of range, with the problem (e.g. "input_ids has id 40000 >= vocab_size 30522 of
+        --bert_config_file"); None if every value is in range."""
+        found = None
+        for name, what, bound, source in self.limits(max_seq_length):
+            values = np.asarray(columns[name]).reshape(len(columns[name]), -1)
+            rows = np.flatnonzero(((values < 0) | (values >= bound)).any(axis=1))
+            if rows.size and (found is None or rows[0] < found[0]):
+                row = values[rows[0]]
+                value = int(row[(row < 0) | (row >= bound)][0])
+                found = (int(rows[0]), f"{name} has {what} {value} < 0" if value < 0 else
+                         f"{name} has {what} {value} >= {source}")
+        return found
+
+    def assert_in_range(self, features: dict[str, tf.Tensor],
+                        max_seq_length: int) -> dict[str, tf.Tensor]:
+        """`features` behind an assertion that fails (InvalidArgumentError naming the feature)
+        when any value of a batch is out of range."""
+        checks = [tf.debugging.Assert(
+            tf.reduce_all((features[name] >= 0) & (features[name] < bound)),
+            [f"{name} holds a {what} outside [0, {bound})"])
+            for name, what, bound, _ in self.limits(max_seq_length)]
+        with tf.control_dependencies(checks):
+            return {name: tf.identity(value) for name, value in features.items()}
+
+
+def parse_batch(serialized: tf.Tensor, max_seq_length: int, max_predictions_per_seq: int,
+                id_ranges: IdRanges | None = None) -> dict[str, tf.Tensor]:
+    """Parse a [B] batch of serialized examples; int64 features become int32.
+
+    id_ranges: assert that every id is in range (see `IdRanges.assert_in_range`).
+    """
     features = tf.io.parse_example(serialized,
                                    tf_feature_spec(max_seq_length, max_predictions_per_seq))
+    if id_ranges is not None:
+        features = id_ranges.assert_in_range(features, max_seq_length)
     return {name: tf.cast(value, tf.int32) if value.dtype == tf.int64 else value
             for name, value in features.items()}
 
@@ -168,16 +226,12 @@ def feature_problem(data: bytes, max_seq_length: int,
     return None
 
 
-def _unparsable(path: str, first_index: int, records: list[bytes], max_seq_length: int,
-                max_predictions_per_seq: int) -> BadRecord | None:
+def _first_unparsable(path: str, first_index: int, records: list[bytes], max_seq_length: int,
+                      max_predictions_per_seq: int) -> BadRecord | None:
     """The first of `records` (indices first_index, first_index + 1, ... of `path`) that
-    TensorFlow cannot parse with the expected shapes, or None."""
+    TensorFlow cannot parse with the expected shapes, or None (one parse per record: for
+    records known to hold one that does not parse)."""
     spec = tf_feature_spec(max_seq_length, max_predictions_per_seq)
-    try:
-        tf.io.parse_example(tf.constant(records), spec)
-        return None
-    except tf.errors.InvalidArgumentError:
-        pass
     for offset, data in enumerate(records):
         try:
             tf.io.parse_example(tf.constant([data]), spec)
@@ -188,8 +242,31 @@ def _unparsable(path: str, first_index: int, records: list[bytes], max_seq_lengt
     return None
 
 
+def _bad_in_chunk(path: str, first_index: int, records: list[bytes], max_seq_length: int,
+                  max_predictions_per_seq: int,
+                  id_ranges: IdRanges | None = None) -> BadRecord | None:
+    """The first of `records` (indices first_index, first_index + 1, ... of `path`) that does
+    not parse with the expected shapes or, given id_ranges, holds a value out of range."""
+    spec = tf_feature_spec(max_seq_length, max_predictions_per_seq)
+    try:
+        columns = tf.io.parse_example(tf.constant(records), spec)
+        bad = None
+    except tf.errors.InvalidArgumentError:
+        bad = _first_unparsable(path, first_index, records, max_seq_length,
+                                max_predictions_per_seq)
+        records = records[:bad.index - first_index] if bad else []  # those before it parse
+        columns = tf.io.parse_example(tf.constant(records), spec) \
+            if records and id_ranges else None
+    if id_ranges is not None and records:
+        found = id_ranges.first_problem({name: value.numpy() for name, value in columns.items()},
+                                        max_seq_length)
+        if found:
+            return BadRecord(path, first_index + found[0], found[1])
+    return bad
+
+
 def _scan_file(path: str, max_seq_length: int, max_predictions_per_seq: int,
-               limit: int | None) -> tuple[int, BadRecord | None]:
+               limit: int | None, id_ranges: IdRanges | None) -> tuple[int, BadRecord | None]:
     """Check the first `limit` records of one file (all of them if None).
 
     Returns (records read, the first bad record or None); reading stops at the first bad one.
@@ -201,8 +278,8 @@ def _scan_file(path: str, max_seq_length: int, max_predictions_per_seq: int,
             chunk.append(data)
             count += 1
             if len(chunk) == PARSE_CHUNK:
-                bad = _unparsable(path, count - len(chunk), chunk, max_seq_length,
-                                  max_predictions_per_seq)
+                bad = _bad_in_chunk(path, count - len(chunk), chunk, max_seq_length,
+                                    max_predictions_per_seq, id_ranges)
                 if bad:
                     return count, bad
                 chunk = []
@@ -210,20 +287,21 @@ def _scan_file(path: str, max_seq_length: int, max_predictions_per_seq: int,
         damaged = BadRecord(path, err.index, err.problem)
     finally:
         records.close()
-    bad = _unparsable(path, count - len(chunk), chunk, max_seq_length,
-                      max_predictions_per_seq) if chunk else None
+    bad = _bad_in_chunk(path, count - len(chunk), chunk, max_seq_length,
+                        max_predictions_per_seq, id_ranges) if chunk else None
     return count, bad or damaged
 
 
 def _scan(files: list[str], max_seq_length: int, max_predictions_per_seq: int,
-          limit: int | None) -> tuple[int, BadRecord | None]:
+          limit: int | None, id_ranges: IdRanges | None) -> tuple[int, BadRecord | None]:
     """Check the first `limit` records of `files` in order (all if None): (records, bad)."""
     total = 0
     for path in files:
         remaining = None if limit is None else limit - total
         if remaining == 0:
             break
-        count, bad = _scan_file(path, max_seq_length, max_predictions_per_seq, remaining)
+        count, bad = _scan_file(path, max_seq_length, max_predictions_per_seq, remaining,
+                                id_ranges)
         total += count
         if bad:
             return total, bad
@@ -231,20 +309,24 @@ def _scan(files: list[str], max_seq_length: int, max_predictions_per_seq: int,
 
 
 def find_bad_record(files: list[str], max_seq_length: int, max_predictions_per_seq: int,
-                    limit: int | None = None) -> BadRecord | None:
+                    limit: int | None = None,
+                    id_ranges: IdRanges | None = None) -> BadRecord | None:
     """The first record of `files` (read in order; the first `limit` records in all, or every
-    record) that is truncated, fails a CRC or does not parse with the expected shapes."""
-    return _scan(files, max_seq_length, max_predictions_per_seq, limit)[1]
+    record) that is truncated, fails a CRC, does not parse with the expected shapes or, given
+    id_ranges, holds an id out of range."""
+    return _scan(files, max_seq_length, max_predictions_per_seq, limit, id_ranges)[1]
 
 
 def check_all_records(files: list[str], max_seq_length: int, max_predictions_per_seq: int,
-                      flag: str, limit: int | None = None) -> int:
-    """Check the first `limit` records of `files` in order (every record if None).
+                      flag: str, limit: int | None = None,
+                      id_ranges: IdRanges | None = None) -> int:
+    """Check the first `limit` records of `files` in order (every record if None), their ids
+    too if id_ranges is given.
 
     Returns the number of records checked (fewer than `limit` when the files hold fewer).
     Raises InputError "<flag>: <file>: record <i>: <problem>", or when there are no records.
     """
-    count, bad = _scan(files, max_seq_length, max_predictions_per_seq, limit)
+    count, bad = _scan(files, max_seq_length, max_predictions_per_seq, limit, id_ranges)
     if bad:
         raise InputError(f"{flag}: {bad}")
     if not count:
@@ -254,7 +336,7 @@ def check_all_records(files: list[str], max_seq_length: int, max_predictions_per
 
 
 def _first_record_error(path: str, max_seq_length: int, max_predictions_per_seq: int,
-                        flag: str) -> str | None:
+                        flag: str, id_ranges: IdRanges | None) -> str | None:
     """The InputError message for a file whose first record is missing or unusable, or None."""
     records = _framed_records(path)
     try:
@@ -265,23 +347,26 @@ def _first_record_error(path: str, max_seq_length: int, max_predictions_per_seq:
         records.close()
     if first is None:
         return f"{flag}: {path}: holds no records"
-    bad = _unparsable(path, 0, [first], max_seq_length, max_predictions_per_seq)
+    bad = _bad_in_chunk(path, 0, [first], max_seq_length, max_predictions_per_seq)
     if bad:
         return (f"{flag}: {path}: records do not match --max_seq_length={max_seq_length} "
                 f"--max_predictions_per_seq={max_predictions_per_seq} (record 0: {bad.problem})")
-    return None
+    bad = id_ranges and _bad_in_chunk(path, 0, [first], max_seq_length,
+                                      max_predictions_per_seq, id_ranges)
+    return f"{flag}: {bad}" if bad else None
 
 
 def check_first_records(files: list[str], max_seq_length: int, max_predictions_per_seq: int,
-                        flag: str = "--input_file") -> None:
-    """Read and parse the first record of every file (several files at once).
+                        flag: str = "--input_file", id_ranges: IdRanges | None = None) -> None:
+    """Read and parse the first record of every file (several files at once), and check its
+    ids if id_ranges is given.
 
     Raises InputError (one line, the first failing file in order) when a file holds no records
-    or its first record is damaged or of other shapes.
+    or its first record is damaged, of other shapes or holds an id out of range.
     """
     with ThreadPoolExecutor(max_workers=max(1, min(CHECK_THREADS, len(files)))) as pool:
         errors = pool.map(lambda path: _first_record_error(
-            path, max_seq_length, max_predictions_per_seq, flag), files)
+            path, max_seq_length, max_predictions_per_seq, flag, id_ranges), files)
         message = next((error for error in errors if error), None)
     if message:
         raise InputError(message)
@@ -296,7 +381,8 @@ def _pipelines(input_context) -> tuple[int, int]:
 def train_dataset(files: list[str], batch_size: int, max_seq_length: int,
                   max_predictions_per_seq: int, seed: int, steps_per_update: int = 1,
                   input_context: tf.distribute.InputContext | None = None,
-                  shuffle_buffer: int = SHUFFLE_BUFFER, skip_batches: int = 0) -> tf.data.Dataset:
+                  shuffle_buffer: int = SHUFFLE_BUFFER, skip_batches: int = 0,
+                  id_ranges: IdRanges | None = None) -> tf.data.Dataset:
     """The endless training stream of one input pipeline.
 
     Args:
@@ -311,6 +397,8 @@ def train_dataset(files: list[str], batch_size: int, max_seq_length: int,
       skip_batches: micro-batches of this pipeline's stream already trained on (a resumed
         run); their skip_batches * batch_size records are read and dropped before batching
         and parsing, so the stream continues exactly where that many batches left it.
+      id_ranges: assert every batch's ids (`IdRanges.assert_in_range`): a record out of range
+        fails the stream with InvalidArgumentError.
 
     Returns:
       Dataset of feature dicts [batch_size, ...] (or [n, batch_size, ...]).
@@ -332,7 +420,8 @@ def train_dataset(files: list[str], batch_size: int, max_seq_length: int,
     if skip_batches:
         dataset = dataset.skip(skip_batches * batch_size)
     dataset = dataset.batch(batch_size, drop_remainder=True)
-    dataset = dataset.map(lambda r: parse_batch(r, max_seq_length, max_predictions_per_seq),
+    dataset = dataset.map(lambda r: parse_batch(r, max_seq_length, max_predictions_per_seq,
+                                                id_ranges),
                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if steps_per_update > 1:
         dataset = dataset.batch(steps_per_update, drop_remainder=True)

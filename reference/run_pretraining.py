@@ -40,11 +40,32 @@ holds two run_start records, the official checker rejects it and `benchmark.chec
 (bert/single-run), which is the honest outcome (the time of the lost segment is not in either).
 A run whose checkpoint already reached the target, or its step budget, is not restarted.
 
+A resumed run must be the run that wrote the checkpoint: every checkpoint stores the settings
+that define the run (`run_settings`: global batch, accumulation, the learning-rate schedule and
+optimizer constants, seed, record shapes, the training files' names, precision, clipping,
+dropout, eval cadence and target, the BERT config), and a run that finds one with other values
+stops before init_start with one line naming the first flag that differs, the checkpoint's value
+and its own. Without --seed the checkpoint's seed is taken, as before. Checkpoints written
+before the settings were stored are refused the same way (there is no telling which flags wrote
+them; a different batch size used to be trained on silently, or to spin for ever on counters
+that no longer agreed with the eval schedule): finish such a run with the version that wrote
+it, or start a new --output_dir. The number of replicas may change (--train_batch_size counts
+all of them); the data's location too (the files are compared by name).
+
 Step counts (--num_train_steps, --num_warmup_steps, --start_warmup_step, --stop_steps,
 --save_checkpoints_steps, --iterations_per_loop) are micro-steps of --train_batch_size records,
 as in the reference; with --steps_per_update=n they are the counts for batch bs*n scaled up n
 times and must be multiples of n. The MLPerf log states the optimizer's view: global_batch_size
 = train_batch_size * n, and step counts divided by n.
+
+Untrusted inputs end the run with one line "error: ..." and exit status 1: a token, type or
+position id out of range of the BERT config (checked in the first record of every training file
+and every eval record before init_start, and asserted in the training stream, since a GPU gather
+out of range returns zeros instead of failing), an output (--output_dir, checked by writing a
+file in it before anything is logged; --mlperf_log; checkpoints, summaries, eval_results.txt)
+that cannot be written, e.g. a read-only folder or a full disk. A run that fails after run_start
+ends its MLPerf log with run_stop status "aborted". A checkpoint whose save failed is left
+incomplete and is skipped when the run is started again.
 
 Settings that the closed division does not allow (another eval cadence, a target below 0.720,
 an eval over fewer than 10,000 samples, no eval at all) are accepted, each logged with a warning
@@ -52,13 +73,17 @@ and a `noncompliant` record, and the run is logged as open division.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
+import hashlib
+import json
 import math
 import os
 import shutil
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 
 from typing import TYPE_CHECKING
@@ -66,9 +91,11 @@ from typing import TYPE_CHECKING
 from absl import app, flags, logging
 
 from benchmark import constants
+from reference.error_text import OutputError, one_line, write_failure
 
 if TYPE_CHECKING:  # TensorFlow-importing modules are imported where used (fast --help)
     from reference.distribution import StrategyRequest
+    from reference.input_pipeline import IdRanges
     from reference.trainer import OptimizerSettings
 
 FLAGS = flags.FLAGS
@@ -165,6 +192,10 @@ class UsageError(ValueError):
     """A bad command line; the message is one line naming the flag."""
 
 
+class InternalError(RuntimeError):
+    """A state the trainer must never be in (a bug, or counters crafted by hand); one line."""
+
+
 @dataclass
 class RunOptions:
     """Everything a run needs, validated (see `options_from_flags`)."""
@@ -200,7 +231,9 @@ class RunOptions:
     mixed_precision: str
     dropout_override: float | None
     strategy: StrategyRequest
+    id_ranges: IdRanges  # the BERT config's table sizes, which the records' ids index
     noncompliant: list[str] = field(default_factory=list)
+    seed_drawn: bool = False  # no --seed: the seed was drawn (a resumed run takes the run's)
 
     @property
     def global_batch_size(self) -> int:
@@ -330,6 +363,7 @@ def options_from_flags(flag_values=FLAGS) -> RunOptions:
              f"--max_predictions_per_seq={f.max_predictions_per_seq} must be in [1, "
              f"--max_seq_length]")
 
+    id_ranges = input_pipeline.IdRanges(config.vocab_size, config.type_vocab_size)
     noncompliant: list[str] = []
     input_files: list[str] = []
     eval_files: list[str] = []
@@ -337,7 +371,7 @@ def options_from_flags(flag_values=FLAGS) -> RunOptions:
         _require(bool(f.input_file), "--input_file is required with --do_train")
         input_files = input_pipeline.expand_patterns(f.input_file, "--input_file")
         input_pipeline.check_first_records(input_files, f.max_seq_length,
-                                           f.max_predictions_per_seq, "--input_file")
+                                           f.max_predictions_per_seq, "--input_file", id_ranges)
         if f.do_eval:
             _require(bool(f.eval_file), "--eval_file is required with --do_train --do_eval "
                      "(the eval_10k TFRecord)")
@@ -356,7 +390,7 @@ def options_from_flags(flag_values=FLAGS) -> RunOptions:
         wanted = f.eval_batch_size * f.max_eval_steps
         eval_records = input_pipeline.check_all_records(
             eval_files, f.max_seq_length, f.max_predictions_per_seq,
-            "--eval_file" if f.eval_file else "--input_file", limit=wanted)
+            "--eval_file" if f.eval_file else "--input_file", limit=wanted, id_ranges=id_ranges)
         if eval_records < wanted:
             logging.info("eval files hold %d records (< eval_batch_size * max_eval_steps = %d): "
                          "all of them are evaluated once", eval_records, wanted)
@@ -423,7 +457,7 @@ def options_from_flags(flag_values=FLAGS) -> RunOptions:
         strategy=StrategyRequest(use_tpu=f.use_tpu, tpu_name=f.tpu_name, tpu_zone=f.tpu_zone,
                                  gcp_project=f.gcp_project, num_tpu_cores=f.num_tpu_cores,
                                  num_gpus=f.num_gpus),
-        noncompliant=noncompliant)
+        id_ranges=id_ranges, noncompliant=noncompliant, seed_drawn=f.seed is None)
 
 
 def _checkpoint_exists(path: str) -> bool:
@@ -446,15 +480,48 @@ def next_eval_index(samples: int, eval_frequency: int) -> int:
     return samples // eval_frequency + 1
 
 
+# ------------------------------------------------------------------------------ outputs
+@contextlib.contextmanager
+def _writing(flag: str, path: str):
+    """Turn a failed write to `path` (an OSError, or any TensorFlow error: the block only
+    writes) into OutputError "<flag>: <path>: cannot write (<reason>)"."""
+    import tensorflow as tf
+    try:
+        yield
+    except (OSError, tf.errors.OpError) as err:
+        raise OutputError(f"{flag}: {path}: cannot write ({write_failure(err)})") from err
+
+
+def _prepare_output_dir(output_dir: str) -> None:
+    """Create --output_dir and write (then delete) a file in it, so that a folder that cannot
+    be written fails at once, in one line, before anything is logged."""
+    import tensorflow as tf
+    probe = os.path.join(output_dir, f".write-check-{uuid.uuid4().hex}")
+    with _writing("--output_dir", output_dir):
+        tf.io.gfile.makedirs(output_dir)
+        with tf.io.gfile.GFile(probe, "w") as handle:
+            handle.write("")
+        tf.io.gfile.remove(probe)
+
+
+def _save(manager, step: int) -> None:
+    """Save checkpoint `<name>-<step>`; a write that fails (e.g. a full disk) is an OutputError
+    (the incomplete checkpoint is skipped when the run is started again)."""
+    from reference.trainer import CHECKPOINT_NAME
+    with _writing("--output_dir", os.path.join(manager.directory, f"{CHECKPOINT_NAME}-{step}")):
+        manager.save(checkpoint_number=step)
+
+
 # ------------------------------------------------------------------------------ running
 def _write_eval_results(output_dir: str, step: int, metrics: dict[str, float]) -> None:
     import tensorflow as tf
     path = os.path.join(output_dir, "eval_results.txt")
     lines = [f"global_step = {step}"] + [f"{key} = {metrics[key]}" for key in sorted(metrics)]
     partial = f"{path}.partial-{os.getpid()}"  # written whole, then renamed over the old one
-    with tf.io.gfile.GFile(partial, "w") as out:
-        out.write("\n".join(lines) + "\n")
-    tf.io.gfile.rename(partial, path, overwrite=True)
+    with _writing("--output_dir", path):
+        with tf.io.gfile.GFile(partial, "w") as out:
+            out.write("\n".join(lines) + "\n")
+        tf.io.gfile.rename(partial, path, overwrite=True)
     logging.info("eval results (%s): %s", path, ", ".join(lines))
 
 
@@ -468,26 +535,124 @@ def _platform(options: RunOptions, strategy) -> str:
 @dataclass(frozen=True)
 class _Progress:
     """The counters of a training checkpoint: micro-steps, samples, whether an eval reached
-    the target, and the run's seed (None in a checkpoint without one)."""
+    the target, and the settings of the run that wrote it (`run_settings`; None in a
+    checkpoint without them)."""
     step: int
     samples: int
     reached: bool
-    seed: int | None
+    settings: dict | None
 
 
 def _peek_progress(path: str) -> _Progress:
-    """The counters stored in the training checkpoint at prefix `path` (an absent counter
-    reads 0, an absent seed None)."""
+    """The counters and run settings stored in the training checkpoint at prefix `path` (an
+    absent counter reads 0). Raises UsageError if the settings do not read back."""
     import tensorflow as tf
     reader = tf.train.load_checkpoint(path)
     names = reader.get_variable_to_shape_map()
 
-    def value(name):
+    def tensor(name):
         key = f"{name}/.ATTRIBUTES/VARIABLE_VALUE"
-        return int(reader.get_tensor(key)) if key in names else None
+        return reader.get_tensor(key) if key in names else None
 
-    return _Progress(value("global_step") or 0, value("trained_samples") or 0,
-                     bool(value("target_reached")), value("run_seed"))
+    settings = tensor("run_settings") or None  # a trainer that never set them saved ""
+    if settings is not None:
+        try:
+            settings = json.loads(settings)
+            if not isinstance(settings, dict):
+                raise ValueError(f"a JSON {type(settings).__name__}, not an object")
+        except ValueError as err:
+            raise UsageError(f"--output_dir: {path}: its run settings do not read back "
+                             f"({one_line(err)}); use a new --output_dir") from err
+    return _Progress(int(tensor("global_step") or 0), int(tensor("trained_samples") or 0),
+                     bool(tensor("target_reached")), settings)
+
+
+def _file_names(files: list[str]) -> str:
+    """The training files as a run setting: how many, and a digest of their names in order
+    (not their folder, which may move)."""
+    names = "\n".join(os.path.basename(path) for path in files)
+    digest = hashlib.sha256(names.encode("utf-8")).hexdigest()[:12]
+    return f"{len(files)} file{'' if len(files) == 1 else 's'} (names' sha256 {digest})"
+
+
+def run_settings(options: RunOptions) -> dict[str, object]:
+    """The settings that define a run, stored in its checkpoints and compared on resume.
+
+    Keys are flag names (a BERT config key is "bert_config_file.<key>"); values are what
+    changes the arithmetic, the data stream or the sample count: batch and accumulation, the
+    schedule and the optimizer's constants (LAMB's only with --optimizer=lamb), seed, record
+    shapes, training file names, precision, clipping, dropout, eval cadence (samples) and
+    target, and the config. Not included: how long this process trains and how it saves, logs
+    and evaluates (--stop_steps, --iterations_per_loop, --save_checkpoints_steps, the eval
+    batch), where the files are, and the number of replicas (--train_batch_size counts them
+    all, so the global batch does not depend on it).
+    """
+    from reference.bert_config import load_bert_config
+    opt = options.optimizer
+    settings: dict[str, object] = {
+        "train_batch_size": options.train_batch_size,
+        "steps_per_update": options.steps_per_update,
+        "max_seq_length": options.max_seq_length,
+        "max_predictions_per_seq": options.max_predictions_per_seq,
+        "input_file": _file_names(options.input_files),
+        "seed": options.seed,
+        "optimizer": opt.name,
+        "learning_rate": opt.learning_rate,
+        "poly_power": opt.poly_power,
+        "num_train_steps": opt.num_train_steps,
+        "num_warmup_steps": opt.num_warmup_steps,
+        "start_warmup_step": opt.start_warmup_step,
+    }
+    if opt.name == "lamb":
+        settings.update(lamb_beta_1=opt.beta_1, lamb_beta_2=opt.beta_2,
+                        lamb_weight_decay_rate=opt.weight_decay_rate,
+                        log_epsilon=opt.log_epsilon)
+    settings.update({
+        "clip_by_global_norm_after_gradient_allreduce": options.clip_after_allreduce,
+        "mixed_precision": options.mixed_precision,
+        "dropout_override": options.dropout_override,
+        "eval_frequency_samples": options.eval_frequency,
+        "target_mlm_accuracy": options.target_mlm_accuracy,
+    })
+    config = load_bert_config(options.bert_config_file)
+    settings.update({f"bert_config_file.{key}": value
+                     for key, value in config.to_dict().items()})
+    return settings
+
+
+def _shown(value: object) -> str:
+    if value is None:
+        return "none"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _resumed_options(options: RunOptions, stored: dict | None, checkpoint: str) -> RunOptions:
+    """The options that resume the run of `checkpoint`, whose run settings are `stored`.
+
+    Without --seed the run's seed is taken (with a warning if it differs from the one drawn);
+    every other setting of `run_settings` must be the checkpoint's. Raises UsageError naming
+    the first flag that differs, its value in the checkpoint and in this run, or a checkpoint
+    that stores no settings.
+    """
+    if stored is None:
+        raise UsageError(f"--output_dir: {checkpoint} does not store the settings of the run "
+                         "that wrote it (an older version of this trainer did not), so this "
+                         "run's flags cannot be checked against it; use a new --output_dir")
+    seed = stored.get("seed")
+    if options.seed_drawn and isinstance(seed, int) and seed != options.seed:
+        logging.warning("resuming with the run's seed %d stored in %s (not %d): the data order "
+                        "and dropout continue the run's", seed, checkpoint, options.seed)
+        options = dataclasses.replace(options, seed=seed)
+    ours = run_settings(options)
+    for key in [*ours, *(key for key in stored if key not in ours)]:
+        if stored.get(key) != ours.get(key):
+            flag, _, config_key = key.partition(".")
+            name = f"--{flag}: {config_key}" if config_key else f"--{flag}"
+            raise UsageError(f"{name}: the checkpoint in {options.output_dir} was trained with "
+                             f"{_shown(stored.get(key))}, this run asks for "
+                             f"{_shown(ours.get(key))}; use the same value or a new "
+                             "--output_dir")
+    return options
 
 
 def _duration(seconds: float) -> str:
@@ -502,10 +667,9 @@ class _Run:
 
     def __init__(self, options: RunOptions, strategy=None):
         import tensorflow as tf
-        from reference import distribution, trainer
+        from reference import distribution
         self.tf = tf
         self.options = options
-        trainer.set_mixed_precision(options.mixed_precision)
         self.strategy = strategy or distribution.make_strategy(options.strategy)
         self.chief = distribution.is_chief(self.strategy)
         self.task = distribution.task_id(self.strategy)
@@ -516,12 +680,12 @@ class _Run:
         logging.info("%s; global batch %d (%d per replica x %d micro-batches)",
                      distribution.describe(self.strategy), options.global_batch_size,
                      self.train_per_replica, options.steps_per_update)
-        tf.io.gfile.makedirs(options.output_dir)
 
     def build_trainer(self):
         from reference.bert_config import load_bert_config
-        from reference.trainer import Trainer
+        from reference.trainer import Trainer, set_mixed_precision
         options = self.options
+        set_mixed_precision(options.mixed_precision)
         config = load_bert_config(options.bert_config_file)
         if options.dropout_override is not None:
             config = dataclasses.replace(config, hidden_dropout_prob=options.dropout_override,
@@ -566,7 +730,8 @@ class _Run:
             return input_pipeline.train_dataset(
                 options.input_files, self.train_per_replica, options.max_seq_length,
                 options.max_predictions_per_seq, options.seed, options.steps_per_update,
-                context, skip_batches=consumed_steps * replicas_fed)
+                context, skip_batches=consumed_steps * replicas_fed,
+                id_ranges=options.id_ranges)
 
         return iter(self.strategy.distribute_datasets_from_function(dataset_fn))
 
@@ -589,6 +754,7 @@ def evaluate_only(options: RunOptions, strategy=None) -> RunResult:
     from reference.trainer import CHECKPOINT_NAME
     run = _Run(options, strategy)
     tf = run.tf
+    _prepare_output_dir(options.output_dir)
     trainer = run.build_trainer()
     source = options.init_checkpoint or ckpt.latest_complete_checkpoint(
         options.output_dir, CHECKPOINT_NAME)[0]
@@ -610,11 +776,13 @@ def evaluate_only(options: RunOptions, strategy=None) -> RunResult:
     metrics = run.evaluate(run.eval_dataset())
     if run.chief:
         _write_eval_results(options.output_dir, trainer.step, metrics)
-        writer = tf.summary.create_file_writer(os.path.join(options.output_dir, "eval"))
-        with writer.as_default(step=trainer.step):
-            for key, value in metrics.items():
-                tf.summary.scalar(key, value)
-        writer.flush()
+        folder = os.path.join(options.output_dir, "eval")
+        with _writing("--output_dir", folder):
+            writer = tf.summary.create_file_writer(folder)
+            with writer.as_default(step=trainer.step):
+                for key, value in metrics.items():
+                    tf.summary.scalar(key, value)
+            writer.flush()
     return RunResult("evaluated", trainer.step, trainer.samples, [(trainer.samples, metrics)])
 
 
@@ -622,53 +790,63 @@ def train(options: RunOptions, strategy=None) -> RunResult:
     """--do_train [--do_eval]: an MLPerf run (see the module docstring).
 
     strategy: the tf.distribute strategy (default: made from options.strategy).
+    Raises UsageError (before anything is logged) when OUTPUT_DIR holds a checkpoint of a run
+    with other run-defining settings, OutputError when an output cannot be written, and
+    InternalError when the training loop would not advance; an error after run_start ends the
+    MLPerf log with run_stop "aborted" first.
     """
     from benchmark.mlperf_log import BertLogger, Hyperparameters
     from reference import checkpoint as ckpt
-    from reference.run_log import NONCOMPLIANT, RESUME, end_partial_line
+    from reference.run_log import NONCOMPLIANT, RESUME, LogFile
     from reference.trainer import CHECKPOINT_NAME, worker_checkpoint_dir
 
     run = _Run(options, strategy)
     tf = run.tf
-    n = options.steps_per_update
-    batch = options.global_batch_size
-    budget_updates = options.budget_steps // n
-
+    _prepare_output_dir(options.output_dir)
     # The newest checkpoint that reads back whole: a kill mid-save, or a damaged file, makes
     # the run resume from the one before (each skipped one is named in a warning).
     latest, skipped = ckpt.latest_complete_checkpoint(options.output_dir, CHECKPOINT_NAME)
-    if run.chief:
-        ckpt.remove_orphan_save_folders(options.output_dir, CHECKPOINT_NAME)
+    progress = None
     if latest:
         progress = _peek_progress(latest)
-        if progress.reached or progress.step >= options.budget_steps:
-            why = "reached the target" if progress.reached else \
-                f"used its step budget ({options.budget_steps})"
-            logging.warning("%s already %s at step %d (%d samples); nothing to train", latest,
-                            why, progress.step, progress.samples)
-            return RunResult("finished-before", progress.step, progress.samples)
-        if progress.seed is not None and progress.seed != options.seed:
-            logging.warning("resuming with the run's seed %d stored in %s (not %d): the data "
-                            "order and dropout continue the run's", progress.seed, latest,
-                            options.seed)
-            options = run.options = dataclasses.replace(options, seed=progress.seed)
+        options = run.options = _resumed_options(options, progress.settings, latest)
+    n = options.steps_per_update
+    batch = options.global_batch_size
+    budget_updates = options.budget_steps // n
+    if run.chief:
+        with _writing("--output_dir", options.output_dir):
+            ckpt.remove_orphan_save_folders(options.output_dir, CHECKPOINT_NAME)
+    if progress and (progress.reached or progress.step >= options.budget_steps):
+        why = "reached the target" if progress.reached else \
+            f"used its step budget ({options.budget_steps})"
+        logging.warning("%s already %s at step %d (%d samples); nothing to train", latest, why,
+                        progress.step, progress.samples)
+        return RunResult("finished-before", progress.step, progress.samples)
 
     division = options.submission_division
     if options.noncompliant and division == "closed":
         logging.warning("not a closed-division run (%s): logging it as open division",
                         "; ".join(options.noncompliant))
         division = "open"
-    log_path = options.mlperf_log if run.chief else None
-    if log_path:
-        os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
-        end_partial_line(log_path)  # a killed process may have left half a record
-    stream = sys.stdout if run.chief else None
-    log = BertLogger(log_path, stream=stream)
+
+    def summary_writer(folder: str):
+        if not run.chief:
+            return tf.summary.create_noop_writer()
+        path = os.path.join(options.output_dir, folder)
+        with _writing("--output_dir", path):
+            return tf.summary.create_file_writer(path)
+
+    # Before the log is opened: a folder that cannot be written stops the run unlogged.
+    summaries, eval_summaries = summary_writer("train"), summary_writer("eval")
+    log_file = LogFile(options.mlperf_log, sys.stdout) if run.chief else LogFile(None)
+    log = BertLogger(stream=log_file)
     result = RunResult("aborted", 0, 0)
+    run_started = run_stopped = False
     try:
         log.submission(org=options.submission_org, platform=_platform(options, run.strategy),
                        division=division, status=options.submission_status)
         log.cache_clear()
+        log_file.check()  # a log that cannot be written stops the run before init_start
         log.init_start()
         for reason in options.noncompliant:
             logging.warning("non-compliant: %s", reason)
@@ -694,6 +872,7 @@ def train(options: RunOptions, strategy=None) -> RunResult:
                 log.weights_initialization(ckpt.restored_tensor_names(names))
             else:
                 trainer.initialize_weights(options.seed)
+        trainer.set_run_settings(json.dumps(run_settings(options)))
         for key, value in (("opt_name", options.optimizer.name),
                            ("max_sequence_length", options.max_seq_length),
                            ("max_predictions_per_seq", options.max_predictions_per_seq),
@@ -714,38 +893,50 @@ def train(options: RunOptions, strategy=None) -> RunResult:
         log.hyperparameters(hp, eval_samples=options.eval_records)
         iterator = run.train_iterator()
         eval_data = run.eval_dataset() if options.do_eval else None
-        summaries = tf.summary.create_file_writer(
-            os.path.join(options.output_dir, "train")) if run.chief else \
-            tf.summary.create_noop_writer()
-        eval_summaries = tf.summary.create_file_writer(
-            os.path.join(options.output_dir, "eval")) if run.chief else \
-            tf.summary.create_noop_writer()
         log.init_stop()
+        log_file.check()
 
         log.run_start()
-        result = _train_loop(run, options, log, iterator, eval_data, manager, budget_updates,
-                             summaries, eval_summaries)
+        run_started = True
+        result = _train_loop(run, options, log, log_file, iterator, eval_data, manager,
+                             budget_updates, summaries, eval_summaries)
         log.train_samples(trainer.samples)
         log.run_stop(result.status)
-        manager.save(checkpoint_number=trainer.step)
+        run_stopped = True
+        log_file.check()
+        _save(manager, trainer.step)
         logging.info("run %s at step %d, %d samples; checkpoint %s", result.status,
                      trainer.step, trainer.samples, manager.latest_checkpoint)
+    except BaseException:
+        if run_started and not run_stopped:  # whatever stopped it, the log says the run ended
+            log.run_stop("aborted")
+        raise
     finally:
         log.close()
+        log_file.close()
+    log_file.check()
     if not run.chief:
         shutil.rmtree(worker_checkpoint_dir(options.output_dir, False, run.task),
                       ignore_errors=True)
     return result
 
 
-def _train_loop(run: _Run, options: RunOptions, log, iterator, eval_data, manager,
+def _train_loop(run: _Run, options: RunOptions, log, log_file, iterator, eval_data, manager,
                 budget_updates: int, summaries, eval_summaries) -> RunResult:
+    """Train from the trainer's step to the budget, in blocks that end at each eval.
+
+    Every block trains at least one update: a block that would not (the step and sample
+    counters disagree with each other, so the next eval lies behind the step) raises
+    InternalError instead of looping without training.
+    """
     tf = run.tf
     trainer = run.trainer
     n = options.steps_per_update
     batch = options.global_batch_size
     frequency = options.eval_frequency
     result = RunResult("aborted", trainer.step, trainer.samples)
+    train_folder = os.path.join(options.output_dir, "train")
+    eval_folder = os.path.join(options.output_dir, "eval")
 
     def do_eval() -> bool:
         samples = trainer.samples
@@ -756,10 +947,12 @@ def _train_loop(run: _Run, options: RunOptions, log, iterator, eval_data, manage
         result.evals.append((samples, metrics))
         if run.chief:
             _write_eval_results(options.output_dir, trainer.step, metrics)
-            with eval_summaries.as_default(step=trainer.step):
+            with _writing("--output_dir", eval_folder), \
+                    eval_summaries.as_default(step=trainer.step):
                 for key, value in metrics.items():
                     tf.summary.scalar(key, value)
-            eval_summaries.flush()
+                eval_summaries.flush()
+        log_file.check()
         return metrics["masked_lm_accuracy"] >= options.target_mlm_accuracy
 
     if eval_data is not None and options.eval_at_start and trainer.samples == 0:
@@ -778,6 +971,11 @@ def _train_loop(run: _Run, options: RunOptions, log, iterator, eval_data, manage
         eval_at = eval_update(eval_index, frequency, batch) if eval_data is not None \
             else budget_updates + 1
         block_end = min(eval_at, budget_updates)
+        if block_end <= update:
+            raise InternalError(f"a training block from update {update} to update {block_end} "
+                                f"({(block_end - update) * batch} samples) at step "
+                                f"{trainer.step}, {trainer.samples} samples: the step and "
+                                "sample counters disagree")
         block_first = trainer.samples
         log.block_start(block_first, (block_end - update) * batch)
         save_due = False
@@ -792,16 +990,18 @@ def _train_loop(run: _Run, options: RunOptions, log, iterator, eval_data, manage
                           (trainer.samples - first_samples) / max(time.time() - run_started,
                                                                   1e-9),
                           update, eval_at, budget_updates)
-            with summaries.as_default(step=trainer.step):
+            with _writing("--output_dir", train_folder), \
+                    summaries.as_default(step=trainer.step):
                 for key in ("total_loss", "masked_lm_loss", "next_sentence_loss",
                             "learning_rate"):
                     tf.summary.scalar(key, losses[key])
                 tf.summary.scalar("samples_per_second", count * batch / max(elapsed, 1e-9))
             save_due = save_due or trainer.step // every > before // every
             if save_due and update < block_end:
-                manager.save(checkpoint_number=trainer.step)
+                _save(manager, trainer.step)
                 save_due = False
         log.block_stop(block_first)
+        log_file.check()
         if update == eval_at:
             eval_index += 1
             if do_eval():
@@ -809,8 +1009,9 @@ def _train_loop(run: _Run, options: RunOptions, log, iterator, eval_data, manage
                 result.status = "success"
                 break
         if save_due and update < budget_updates:  # after the eval at the same step
-            manager.save(checkpoint_number=trainer.step)
-    summaries.flush()
+            _save(manager, trainer.step)
+    with _writing("--output_dir", train_folder):
+        summaries.flush()
     result.step, result.samples = trainer.step, trainer.samples
     return result
 
@@ -831,7 +1032,8 @@ def _log_progress(options: RunOptions, trainer, losses: dict, rate: float, overa
 
 
 def _locate_bad_record(options: RunOptions, eval_flag: str) -> str | None:
-    """After reading the data failed mid-run: where and why, or None if every record is fine.
+    """After reading the data failed mid-run: where and why, or None if every record is fine
+    (framing, shapes and id ranges).
 
     Scans the records evaluated (eval_flag names their flag) and then every training record, in
     file order; returns "<flag>: <file>: record <index>: <problem>" for the first bad one.
@@ -844,7 +1046,8 @@ def _locate_bad_record(options: RunOptions, eval_flag: str) -> str | None:
         logging.warning("reading the data failed: checking every record of %s (%d files)",
                         flag, len(files))
         bad = input_pipeline.find_bad_record(files, options.max_seq_length,
-                                             options.max_predictions_per_seq, limit)
+                                             options.max_predictions_per_seq, limit,
+                                             options.id_ranges)
         if bad:
             return f"{flag}: {bad}"
     return None
@@ -853,10 +1056,11 @@ def _locate_bad_record(options: RunOptions, eval_flag: str) -> str | None:
 def main(argv: list[str]) -> None:
     """Entry point for `python -m reference.run_pretraining`.
 
-    A bad command line or input ends the process with one line "error: <what>: <problem>" on
-    stderr and exit status 1. A damaged record met during the run (TensorFlow's DataLossError or
-    InvalidArgumentError) is located by a scan of the data and reported the same way; any other
-    failure keeps its traceback.
+    A bad command line or input, or an output that cannot be written, ends the process with
+    one line "error: <what>: <problem>" on stderr and exit status 1; an InternalError with
+    "error: internal error: <what>". A damaged record or an id out of range met during the run
+    (TensorFlow's DataLossError or InvalidArgumentError) is located by a scan of the data and
+    reported the same way; any other failure keeps its traceback.
     """
     if len(argv) > 1:
         raise SystemExit(f"error: unexpected arguments {' '.join(argv[1:])} (flags are "
@@ -866,7 +1070,7 @@ def main(argv: list[str]) -> None:
     from reference.bert_config import ConfigError
     from reference.checkpoint import CheckpointError
     from reference.input_pipeline import InputError
-    errors = (UsageError, ConfigError, CheckpointError, InputError,
+    errors = (UsageError, ConfigError, CheckpointError, InputError, OutputError,
               distribution.StrategyError, presets.PresetError)
     options = None
     try:
@@ -889,6 +1093,8 @@ def main(argv: list[str]) -> None:
         if isinstance(err, CheckpointError) and options is not None:
             # Raised while restoring weights into the model that the config describes.
             failure += f" (model of --bert_config_file={options.bert_config_file})"
+    except InternalError as err:
+        failure = f"internal error: {err}"
     except (tf.errors.DataLossError, tf.errors.InvalidArgumentError):
         failure = options and _locate_bad_record(
             options, "--eval_file" if FLAGS.eval_file else "--input_file")

@@ -189,7 +189,9 @@ class Trainer:
 
     Counters (checkpointed with the model and optimizer): `global_step` (micro-steps),
     `trained_samples`, `target_reached` (1 once an eval reached the target), `run_seed` (data
-    order and dropout, see `set_seed`), `loss_scale` and `good_updates` (fp16).
+    order and dropout, see `set_seed`), `loss_scale` and `good_updates` (fp16); and
+    `run_settings`, a string for the caller (`set_run_settings`): the settings that define the
+    run, which a resumed run compares with its own.
     """
 
     def __init__(self, strategy: tf.distribute.Strategy, config: BertConfig,
@@ -216,10 +218,15 @@ class Trainer:
             self.run_seed = counter("run_seed")
             self.loss_scale = counter("loss_scale", INITIAL_LOSS_SCALE, tf.float32)
             self.good_updates = counter("good_updates")
+        # A string has no accelerator kernels: one host copy, outside the strategy's scope.
+        with tf.device("CPU:0"):
+            self.run_settings = tf.Variable("", dtype=tf.string, trainable=False,
+                                            name="run_settings")
         self.checkpoint = ckpt.training_checkpoint(
             self.model, self.optimizer, self.global_step, trained_samples=self.trained_samples,
             target_reached=self.target_reached, run_seed=self.run_seed,
-            loss_scale=self.loss_scale, good_updates=self.good_updates)
+            loss_scale=self.loss_scale, good_updates=self.good_updates,
+            run_settings=self.run_settings)
         self._dropout_keys = DropoutKeys()
         use_keyed_dropout(self.model, self._dropout_keys)
         self._variables = list(self.model.trainable_variables)
@@ -242,6 +249,11 @@ class Trainer:
         """Set the run's seed, which keys the dropout masks (and which the caller uses for
         the data order); a run starting from scratch sets it, a resumed run restores it."""
         self.run_seed.assign(int(seed))
+
+    def set_run_settings(self, text: str) -> None:
+        """Set the string saved with every checkpoint as `run_settings` (the caller's record
+        of the settings that define the run; a restore brings back the checkpoint's)."""
+        self.run_settings.assign(text)
 
     def initialize_weights(self, seed: int) -> None:
         """Draw fresh weights that depend only on `seed` (not on the strategy or device count).

@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import random
+import shlex
 import shutil
 import signal
 import socket
@@ -336,6 +337,42 @@ def test_damaged_newest_checkpoints_are_skipped_and_the_run_still_ends_identical
                            str(uninterrupted / f"{CHECKPOINT_NAME}-30"))
     assert evals(log_sections(out / "mlperf.log")[-1]) == \
         evals(log_sections(uninterrupted / "mlperf.log")[0])
+
+
+# ------------------------------------------------------------------------------ full disk
+# Bytes any one file may grow to: above the MLPerf log, summaries and eval results of these
+# runs, below the ~166 KB data file of one of their checkpoints.
+FILE_SIZE_LIMIT = 64 * 1024
+
+
+def test_checkpoint_save_on_a_full_disk_is_one_line_and_the_rerun_resumes(data, uninterrupted,
+                                                                          tmp_path):
+    # A full disk without privileges: RLIMIT_FSIZE, with SIGXFSZ ignored, makes the write that
+    # crosses the limit fail with EFBIG ("File too large") where a full disk gives ENOSPC; the
+    # save fails half-way through the checkpoint's data file, as on a disk that fills.
+    out = tmp_path / "out"
+    assert train_in_process(data, out, seed=SEED, stop_steps=10).step == 10
+    command = shlex.join(trainer_command({**data, **RUN_FLAGS, "seed": SEED,
+                                          "output_dir": out}))
+    limited = subprocess.run(
+        ["bash", "-c", f"trap '' XFSZ; ulimit -f {FILE_SIZE_LIMIT // 1024}; exec {command}"],
+        env=trainer_env(), capture_output=True, text=True, timeout=600)
+    assert limited.returncode == 1 and "Traceback" not in limited.stderr, limited.stderr[-2000:]
+    assert limited.stderr.strip().splitlines()[-1] == (
+        f"error: --output_dir: {out / CHECKPOINT_NAME}-20: cannot write (File too large)")
+    failed = log_sections(out / "mlperf.log")[-1]
+    assert [s for s, _ in evals(failed)] == [480]  # it trained on past the eval at step 15
+    assert failed[-1]["key"] == "run_stop" and failed[-1]["metadata"]["status"] == "aborted"
+    assert checkpoint_steps(out) == [10]  # step 20's files never reached their place
+
+    result = train_in_process(data, out)  # the disk has room again: the same command
+    assert (result.status, result.step, result.samples) == ("aborted", 30, 960)
+    assert not (out / f"{CHECKPOINT_NAME}-20_temp").exists()
+    assert first(log_sections(out / "mlperf.log")[-1], "resume")["metadata"]["global_step"] == 10
+    assert_same_checkpoint(str(out / f"{CHECKPOINT_NAME}-30"),
+                           str(uninterrupted / f"{CHECKPOINT_NAME}-30"))
+    assert evals(log_sections(out / "mlperf.log")[-1]) == \
+        evals(log_sections(uninterrupted / "mlperf.log")[0])  # from step 10: both evals
 
 
 # ------------------------------------------------------------------------------ SIGKILL
