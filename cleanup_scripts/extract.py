@@ -24,7 +24,8 @@ order whatever `--processes` is (WikiExtractor's reducer orders them by sequence
 
 The output is built in a hidden directory beside `--output_dir` and renamed into place only
 when the whole dump was read; an empty, truncated or non-XML input gives a one-line error and
-leaves no output directory behind.
+leaves no output directory behind, and so does a full disk (the line names the file being
+written).
 """
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ from typing import Iterator
 from tqdm import tqdm
 
 from benchmark import constants
-from cleanup_scripts.fileio import InputError, ensure_dir, temporary_name
+from cleanup_scripts.fileio import (DiskFullError, InputError, disk_full, ensure_dir,
+                                    temporary_name)
 from cleanup_scripts.runner import StageSummary, exit_on_input_error, report
 
 MIN_FILE_SIZE = 200 * 1024  # WikiExtractor's own lower limit for --bytes
@@ -289,30 +291,78 @@ def _stop_once(signum, frame) -> None:
     raise _Stopped()
 
 
-def _run_wikiextractor(conn, input_path: Path, building: Path, when: datetime.datetime,
-                       size: int, processes: int, keep_sections: bool, log_level: int) -> None:
+class _WriteFailed(BaseException):
+    """Raised in the supervisor process when WikiExtractor's writer could not write (SIGUSR1)."""
+
+
+def _write_failed(signum, frame) -> None:
+    raise _WriteFailed()
+
+
+@contextlib.contextmanager
+def _reported_write_failures(building: Path, final: Path, sender) -> Iterator[None]:
+    """Make WikiExtractor's writer process, when a write fails (a full disk), send an outcome
+    ("disk" or "input", one-line message) on `sender`, signal this process (SIGUSR1) and exit
+    at once, instead of dying with a traceback while this process waits for it forever.
+
+    The message names the file being written under its final name (`building` -> `final`).
+    """
+    from wikiextractor.WikiExtractor import OutputSplitter
+
+    saved_write, saved_close = OutputSplitter.write, OutputSplitter.close
+    supervisor = os.getpid()
+
+    def reporting(method):
+        def call(splitter, *args):
+            try:
+                return method(splitter, *args)
+            except OSError as err:
+                name = final / Path(splitter.file.name).relative_to(building)
+                full = disk_full(name, err)
+                sender.send(("disk", str(full)) if full else
+                            ("input", f"{name}: cannot write ({err.strerror})"))
+                os.kill(supervisor, signal.SIGUSR1)
+                os._exit(1)
+        return call
+
+    OutputSplitter.write, OutputSplitter.close = reporting(saved_write), reporting(saved_close)
+    try:
+        yield
+    finally:
+        OutputSplitter.write, OutputSplitter.close = saved_write, saved_close
+
+
+def _run_wikiextractor(conn, input_path: Path, building: Path, final: Path,
+                       when: datetime.datetime, size: int, processes: int, keep_sections: bool,
+                       log_level: int) -> None:
     """Body of the supervisor process: run WikiExtractor, send back the outcome, exit.
 
-    The outcome sent on `conn` is ("ok", pages), ("input", message) or ("error", text).
-    Ctrl-C is left to the parent, which sends SIGTERM instead (WikiExtractor's processes,
-    forked from here, ignore SIGINT too). On any failure WikiExtractor's processes are
-    killed here, and the process always leaves through os._exit: its multiprocessing queues
-    may still hold pages for workers that are gone, and the normal exit path would wait for
-    them forever.
+    The outcome sent on `conn` is ("ok", pages), ("input", message), ("disk", message) or
+    ("error", text); a write that fails in WikiExtractor's writer ("disk" for a full disk)
+    names the file under `final`. Ctrl-C is left to the parent, which sends SIGTERM instead
+    (WikiExtractor's processes, forked from here, ignore SIGINT too). On any failure
+    WikiExtractor's processes are killed here, and the process always leaves through
+    os._exit: its multiprocessing queues may still hold pages for workers that are gone, and
+    the normal exit path would wait for them forever.
     """
     from wikiextractor import WikiExtractor as wikiextractor_main
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _stop_once)
+    signal.signal(signal.SIGUSR1, _write_failed)
+    failures, failure_sender = multiprocessing.get_context("fork").Pipe(duplex=False)
     status, outcome = 1, ("error", "interrupted")
     try:
         counter = [0]
-        with pinned_clock(when), _instrumented_wikiextractor(input_path, counter):
+        with pinned_clock(when), _instrumented_wikiextractor(input_path, counter), \
+                _reported_write_failures(building, final, failure_sender):
             wikiextractor_main.process_dump(
                 str(input_path), None, str(building), size, False, processes, True,
                 expand_templates=True, extractor_kwargs=_extractor_kwargs(keep_sections),
                 log_level=log_level)
         status, outcome = 0, ("ok", counter[0])
+    except _WriteFailed:
+        outcome = failures.recv()
     except InputError as err:
         outcome = ("input", str(err))
     except UnicodeDecodeError as err:
@@ -338,9 +388,10 @@ def _run_wikiextractor(conn, input_path: Path, building: Path, when: datetime.da
             os._exit(status)
 
 
-def _supervise(input_path: Path, building: Path, when: datetime.datetime, size: int,
-               processes: int, keep_sections: bool, log_level: int) -> int:
-    """Run WikiExtractor in a forked supervisor process; return the number of pages.
+def _supervise(input_path: Path, building: Path, final: Path, when: datetime.datetime,
+               size: int, processes: int, keep_sections: bool, log_level: int) -> int:
+    """Run WikiExtractor in a forked supervisor process, writing into `building` (renamed to
+    `final` later); return the number of pages.
 
     Keeps the clock pin and the reading hooks out of this process, and keeps a failure
     (or Ctrl-C) from leaving worker processes or blocked queue threads behind here.
@@ -349,7 +400,8 @@ def _supervise(input_path: Path, building: Path, when: datetime.datetime, size: 
     receiver, sender = context.Pipe(duplex=False)
     supervisor = context.Process(
         target=_run_wikiextractor, name="wikiextractor",
-        args=(sender, input_path, building, when, size, processes, keep_sections, log_level))
+        args=(sender, input_path, building, final, when, size, processes, keep_sections,
+              log_level))
     supervisor.start()
     sender.close()
     try:
@@ -373,6 +425,8 @@ def _supervise(input_path: Path, building: Path, when: datetime.datetime, size: 
         return value
     if kind == "input":
         raise InputError(value)
+    if kind == "disk":
+        raise DiskFullError(value)
     if kind == "died":
         raise RuntimeError(f"WikiExtractor's process ended with status {supervisor.exitcode} "
                            f"before reporting a result")
@@ -413,8 +467,8 @@ def extract_dump(input_path: str | os.PathLike, output_dir: str | os.PathLike,
     shutil.rmtree(building, ignore_errors=True)
     building.mkdir()
     try:
-        pages = _supervise(input_path, building, when, size, processes, keep_sections,
-                           log_level)
+        pages = _supervise(input_path, building, output_dir, when, size, processes,
+                           keep_sections, log_level)
         if pages == 0:
             raise InputError(f"{input_path}: no articles found in the dump")
     except BaseException:

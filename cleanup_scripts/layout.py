@@ -56,3 +56,13 @@ class DatasetLayout:
     def mirror(self, extracted: Path, stage: str) -> Path:
         """The path of `extracted`'s counterpart in the work directory of `stage`."""
         return self.work_dir(stage) / extracted.relative_to(self.text_dir)
+
+    def mirrors(self, stage: str) -> list[Path]:
+        """The counterparts of every extracted file in the work directory of `stage`."""
+        return [self.mirror(extracted, stage) for extracted in self.extracted_files()]
+
+    def tfrecord_sources(self) -> list[tuple[Path, Path]]:
+        """(text, TFRecord) pairs: each part of results/ and eval.txt (to eval_intermediate)."""
+        texts = sorted(self.results_dir.glob("part-*")) + [self.results_dir / "eval.txt"]
+        return [(text, self.tfrecord_dir / ("eval_intermediate" if text.name == "eval.txt"
+                                            else text.name)) for text in texts]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from cleanup_scripts.fileio import InputError, disk_full
 from cleanup_scripts.verify import md5_file
 
 
@@ -32,17 +33,24 @@ class OutputLedger:
     path: Path
     root: Path
 
+    def name(self, output: str | os.PathLike) -> str:
+        """How `output` (a path under `root`) is named in the ledger: relative to `root`."""
+        return str(Path(output).resolve().relative_to(self.root.resolve()))
+
     def record(self, output: str | os.PathLike) -> Entry:
         """Hash the finished file `output` and append its line; returns what was recorded."""
         stat = os.stat(output)
         entry = Entry(stat.st_size, stat.st_mtime_ns, md5_file(output, progress=False))
-        relative = Path(output).resolve().relative_to(self.root.resolve())
-        line = f"{relative}\t{entry.size}\t{entry.mtime_ns}\t{entry.md5}\n".encode()
-        descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        line = f"{self.name(output)}\t{entry.size}\t{entry.mtime_ns}\t{entry.md5}\n".encode()
         try:
-            os.write(descriptor, line)
-        finally:
-            os.close(descriptor)
+            descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(descriptor, line)
+            finally:
+                os.close(descriptor)
+        except OSError as err:
+            raise disk_full(self.path, err) or InputError(
+                f"{self.path}: cannot write ({err.strerror})") from err
         return entry
 
     def record_all(self, outputs: Iterable[str | os.PathLike]) -> None:
@@ -68,8 +76,7 @@ class OutputLedger:
 
         Size must match; the md5 is recomputed when `always_hash` or when the mtime changed.
         """
-        relative = str(Path(output).resolve().relative_to(self.root.resolve()))
-        entry = entries.get(relative)
+        entry = entries.get(self.name(output))
         try:
             stat = os.stat(output)
         except FileNotFoundError:
@@ -80,10 +87,13 @@ class OutputLedger:
             return True
         return md5_file(output, progress=False) == entry.md5
 
-    def damaged(self, always_hash: bool) -> list[str]:
-        """Recorded outputs that are missing or no longer match their line (relative paths)."""
+    def damaged(self, always_hash: bool, required: Iterable[str | os.PathLike] = ()
+                ) -> list[str]:
+        """Outputs that are missing or no longer match their line (relative paths): recorded
+        ones, and those of `required` (paths) that were never recorded."""
         entries = self.entries()
-        return [name for name in entries
+        names = dict.fromkeys([*entries, *map(self.name, required)])
+        return [name for name in names
                 if not self.intact(self.root / name, entries, always_hash)]
 
     def reset(self) -> None:

@@ -16,11 +16,17 @@ match; it redoes only the outputs that are missing or changed (a part deleted or
 since), and a stage killed midway keeps the outputs it finished (clean, segment and tfrecords
 work file by file). A stage whose parameters (or an earlier stage's) changed runs again from
 scratch with everything after it.
+
+Every flag is range-checked before the first stage. One run at a time writes into an output
+directory: a run holds the lock `.state/lock` (released by the OS however the run ends), and a
+second one stops with one line naming the holder. A full disk stops the run with one line
+naming the file being written; after freeing space the same command goes on from there.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 import time
@@ -38,7 +44,8 @@ from cleanup_scripts.clean import write_cleaned
 from cleanup_scripts.cleanup_file import stripped_bytes
 from cleanup_scripts.do_gather import GatherSource, gather
 from cleanup_scripts.do_sentence_segmentation import segment_file
-from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir
+from cleanup_scripts.fileio import (DiskFullError, InputError, atomic_output, disk_full,
+                                    ensure_dir, exclusive_lock)
 from cleanup_scripts.layout import DatasetLayout
 from cleanup_scripts.ledger import OutputLedger
 from cleanup_scripts.runner import (StageSummary, map_in_workers, report, total_bytes,
@@ -47,6 +54,7 @@ from cleanup_scripts.seperate_test_set import separate_files
 
 SAMPLE_NUM_TEST_ARTICLES = 20
 SAMPLE_BLOCK_SIZE_MB = 1.5
+MAX_NWORKER = 1024
 
 
 @dataclass(frozen=True)
@@ -82,13 +90,16 @@ class Stage:
     `run(layout, options, ledger)` records each output in `ledger` once it is complete. A stage
     with an `output_dir` works file by file: restarted with the same parameters it skips the
     outputs its ledger shows intact; run afresh, that directory is emptied first. A stage
-    without one always redoes all its outputs.
+    without one always redoes all its outputs. `outputs(layout)`, where the earlier stages'
+    outputs decide them, lists the outputs the stage must have finished: one its ledger lacks
+    is redone like a damaged one (else only the recorded outputs are checked).
     """
 
     name: str
     run: StageBody
     params: tuple[str, ...]
     output_dir: Callable[[DatasetLayout], Path] | None = None
+    outputs: Callable[[DatasetLayout], list[Path]] | None = None
 
 
 # ---- stage bodies -------------------------------------------------------------------------------
@@ -101,22 +112,44 @@ def official_artifact(name: str) -> checksums.Artifact | None:
     return None
 
 
+def local_dump(dump: str) -> Path | None:
+    """The path `dump` names if it is local (a path or a file:// URL); None for a URL."""
+    if "://" in dump and not dump.startswith("file://"):
+        return None
+    return Path(dump.removeprefix("file://"))
+
+
+def check_local_dump(path: Path) -> None:
+    """InputError unless `path` is a file (a directory or a missing path is no dump)."""
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, not a dump file")
+    if not path.is_file():
+        raise InputError(f"{path}: dump file does not exist")
+
+
 def fetch_dump(layout: DatasetLayout, options: Options) -> Path:
     """The local dump to extract: downloaded (resumably) first if `options.dump` is a URL.
 
-    A dump named like an official artifact must have its official md5, or InputError.
+    A dump named like an official artifact must have its official md5, or InputError; a full
+    disk during the download is a DiskFullError naming the `.partial` file, which a re-run
+    resumes.
     """
     name = Path(options.dump.split("?")[0]).name
     official = official_artifact(name)
     expected = official.md5 if official else None
-    if "://" in options.dump and not options.dump.startswith("file://"):
+    path = local_dump(options.dump)
+    if path is None:
         target = layout.download_dir / name
-        download.fetch(options.dump, target, expected_md5=expected,
-                       expected_size=official.size if official else None)
+        try:
+            download.fetch(options.dump, target, expected_md5=expected,
+                           expected_size=official.size if official else None)
+        except OSError as err:
+            full = disk_full(download.partial_name(target), err)
+            if full is None:
+                raise
+            raise full from err
         return target
-    path = Path(options.dump.removeprefix("file://"))
-    if not path.is_file():
-        raise InputError(f"{path}: dump file does not exist")
+    check_local_dump(path)
     if expected is not None and not verify.verify_file(path, expected):
         raise InputError(f"{path}: md5 differs from the official {expected}")
     return path
@@ -167,10 +200,9 @@ def _unfinished(jobs: list[tuple], ledger: OutputLedger, options: Options, stage
 
 def _mirror_jobs(layout: DatasetLayout, source_stage: str | None, target_stage: str
                  ) -> list[tuple[str, str]]:
+    sources = layout.extracted_files() if source_stage is None else layout.mirrors(source_stage)
     jobs = []
-    for extracted in layout.extracted_files():
-        source = extracted if source_stage is None else layout.mirror(extracted, source_stage)
-        target = layout.mirror(extracted, target_stage)
+    for source, target in zip(sources, layout.mirrors(target_stage)):
         ensure_dir(target.parent)
         jobs.append((str(source), str(target)))
     return jobs
@@ -232,11 +264,8 @@ def run_tfrecords(layout: DatasetLayout, options: Options, ledger: OutputLedger
     """create_pretraining_data for every part and eval.txt, skipping finished TFRecords."""
     started = time.time()
     ensure_dir(layout.tfrecord_dir)
-    texts = sorted(layout.results_dir.glob("part-*")) + [layout.results_dir / "eval.txt"]
-    targets = [layout.tfrecord_dir / ("eval_intermediate" if text.name == "eval.txt"
-                                      else text.name) for text in texts]
     jobs = _unfinished([(str(text), str(target), options) for text, target in
-                        zip(texts, targets)], ledger, options, "tfrecords")
+                        layout.tfrecord_sources()], ledger, options, "tfrecords")
     records = map_in_workers(_Recorded(_pretraining_job, ledger), jobs, options.nworker,
                              desc="tfrecords")
     return StageSummary("tfrecords", len(jobs), sum(records),
@@ -276,15 +305,21 @@ _PRETRAINING_PARAMS = ("vocab_file", "do_lower_case", "max_seq_length", "max_pre
 STAGES = (
     Stage("extract", run_extract, ("dump", "date")),
     Stage("clean", _per_file_stage("clean", _clean_one, None, "cleaned"), (),
-          output_dir=lambda layout: layout.work_dir("cleaned")),
+          output_dir=lambda layout: layout.work_dir("cleaned"),
+          outputs=lambda layout: layout.mirrors("cleaned")),
     Stage("segment", _per_file_stage("segment", _segment_one, "cleaned", "sentences"), (),
-          output_dir=lambda layout: layout.work_dir("sentences")),
-    Stage("separate", run_separate, ("num_test_articles", "seed")),
+          output_dir=lambda layout: layout.work_dir("sentences"),
+          outputs=lambda layout: layout.mirrors("sentences")),
+    Stage("separate", run_separate, ("num_test_articles", "seed"),
+          outputs=lambda layout: layout.mirrors("train") + [
+              layout.results_dir / "eval.txt", layout.results_dir / "eval.md5"]),
     Stage("gather", run_gather, ("block_size",)),
     Stage("tfrecords", run_tfrecords, _PRETRAINING_PARAMS,
-          output_dir=lambda layout: layout.tfrecord_dir),
-    Stage("eval_10k", run_eval_10k, ("num_eval_examples",)),
-    Stage("manifest", run_manifest, ()),
+          output_dir=lambda layout: layout.tfrecord_dir,
+          outputs=lambda layout: [target for _, target in layout.tfrecord_sources()]),
+    Stage("eval_10k", run_eval_10k, ("num_eval_examples",),
+          outputs=lambda layout: [layout.tfrecord_dir / "eval_10k"]),
+    Stage("manifest", run_manifest, (), outputs=lambda layout: [layout.manifest]),
 )
 
 
@@ -328,19 +363,62 @@ def _forget_after(layout: DatasetLayout, index: int) -> None:
             marker.unlink(missing_ok=True)
 
 
+def check_options(options: Options) -> None:
+    """InputError naming the flag and its allowed range for a value out of range (NaN and
+    infinities included), an unreadable --date or a --vocab_file that is no vocabulary.
+
+    Cheap: run before the first stage, so a bad flag costs no extraction. Seeds must be 0 or
+    more (random.Random takes a negative seed's absolute value, so two flags would give one
+    dataset). A local --dump is checked once the extraction is known to need it.
+    """
+    at_least = {"num_test_articles": 1, "seed": 0, "random_seed": 0, "num_eval_examples": 1}
+    for name, low in at_least.items():
+        value = getattr(options, name)
+        if value < low:
+            raise InputError(f"--{name}={value}: must be at least {low}")
+    if not 0 <= options.nworker <= MAX_NWORKER:
+        raise InputError(f"--nworker={options.nworker}: must be between 0 (all cores) and "
+                         f"{MAX_NWORKER}")
+    if not (math.isfinite(options.block_size) and options.block_size > 0):
+        raise InputError(f"--block_size={options.block_size}: must be a number of MiB greater "
+                         f"than 0")
+    pretraining.check_options(options.max_seq_length, options.max_predictions_per_seq,
+                              options.dupe_factor, options.masked_lm_prob,
+                              options.short_seq_prob)
+    extract.parse_date(options.date)
+    pretraining.get_tokenizer(options.vocab_file, options.do_lower_case)
+
+
 def run_pipeline(output_dir: str, options: Options) -> None:
     """Run, into `output_dir`, every stage whose outputs are not already finished and intact.
 
-    Per stage: finished with these parameters and every recorded output intact -> skipped;
-    finished but some outputs missing or changed -> those redone (later stages are redone too
-    if the redone outputs differ from what was recorded); started with these parameters but
-    killed -> resumed, keeping its finished outputs; otherwise run from scratch, with every
-    later stage.
+    The options are checked first (`check_options`). One run at a time: the run holds
+    `.state/lock` throughout, and a second one is refused (InputError naming the holder)
+    before it changes anything. A run that fails removes its unfinished temporaries.
+    Per stage: finished with these parameters and every output intact -> skipped; finished
+    but some outputs missing, changed or never recorded -> those redone (later stages are
+    redone too if the redone outputs differ from what was recorded); started with these
+    parameters but killed -> resumed, keeping its finished outputs; otherwise run from
+    scratch, with every later stage.
     """
+    check_options(options)
     layout = DatasetLayout(ensure_dir(output_dir))
     ensure_dir(layout.state_dir)
-    remove_unfinished_files(layout.root)
+    with exclusive_lock(layout.state_dir / "lock", layout.root, "preprocess"):
+        remove_unfinished_files(layout.root)
+        try:
+            _run_stages(layout, options)
+        except BaseException:
+            remove_unfinished_files(layout.root)
+            raise
+
+
+def _run_stages(layout: DatasetLayout, options: Options) -> None:
+    """The body of `run_pipeline`, once it holds the lock."""
     keys = stage_keys(options)
+    dump = local_dump(options.dump)
+    if dump is not None and not _holds(_markers(layout, STAGES[0])[0], keys[STAGES[0].name]):
+        check_local_dump(dump)
     for index, stage in enumerate(STAGES):
         key = keys[stage.name]
         finished, started = _markers(layout, stage)
@@ -348,7 +426,8 @@ def run_pipeline(output_dir: str, options: Options) -> None:
         repairing = _holds(finished, key)
         recorded = ledger.entries() if repairing else {}
         if repairing:
-            damaged = ledger.damaged(options.verify_outputs)
+            required = stage.outputs(layout) if stage.outputs is not None else []
+            damaged = ledger.damaged(options.verify_outputs, required)
             if not damaged:
                 logging.info("%s: already done with these parameters, skipped", stage.name)
                 continue
@@ -359,13 +438,14 @@ def run_pipeline(output_dir: str, options: Options) -> None:
                 ledger.reset()
                 if stage.output_dir is not None:
                     shutil.rmtree(stage.output_dir(layout), ignore_errors=True)
-            finished.unlink(missing_ok=True)
             _forget_after(layout, index)
             layout.manifest.unlink(missing_ok=True)
-        if stage.output_dir is None:
-            ledger.reset()
         with atomic_output(started) as out:
             out.write(key)
+        # A repair stopped midway must not look finished: a re-run resumes it from `started`.
+        finished.unlink(missing_ok=True)
+        if stage.output_dir is None:
+            ledger.reset()
         report(stage.run(layout, options, ledger))
         redone = ledger.entries()
         if any(redone.get(name, entry).md5 != entry.md5 for name, entry in recorded.items()):
@@ -431,6 +511,9 @@ def main(argv: list[str]) -> None:
     started = time.time()
     try:
         run_pipeline(FLAGS.output_dir, options_from_flags())
+    except DiskFullError as err:
+        raise SystemExit(f"error: {err}; free some space and run the same command again, "
+                         f"it goes on from there")
     except InputError as err:
         raise SystemExit(f"error: {err}")
     print(f"preprocess: done in {time.time() - started:.1f} s; manifest "

@@ -5,8 +5,10 @@ import bz2
 import os
 import random
 import re
+import resource
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,8 +17,14 @@ from pathlib import Path
 import pytest
 
 import cleanup_scripts
+from tests.cleanup_scripts.test_download import FileServer
 from tests.conftest import REPO, md5_of, read_md5_manifest, run_module
+from cleanup_scripts.fileio import exclusive_lock
 from cleanup_scripts.tfrecord_digest import tfrecord_digest
+
+STAGES = {"extract", "clean", "segment", "separate", "gather", "tfrecords", "eval_10k",
+          "manifest"}
+
 
 def preprocess(output_dir: Path, *flags: str, check: bool = True):
     return run_module("cleanup_scripts.preprocess", f"--output_dir={output_dir}", *flags,
@@ -38,9 +46,21 @@ def first_run(tmp_path_factory) -> Path:
     """`make preprocess` as a user runs it: the embedded sample, every default."""
     output = tmp_path_factory.mktemp("first") / "dataset"
     result = preprocess(output, "--nworker=2")
-    assert summarised_stages(result.stderr) == {
-        "extract", "clean", "segment", "separate", "gather", "tfrecords", "eval_10k", "manifest"}
+    assert summarised_stages(result.stderr) == STAGES
     return output
+
+
+def assert_same_dataset(output: Path, reference: Path) -> None:
+    """`output`'s manifest is `reference`'s, and every file it lists has that md5 on disk."""
+    assert manifest(output) == manifest(reference)
+    for path, digest in manifest(output).items():
+        assert md5_of(output / path) == digest, path
+
+
+def tree_state(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file and folder under `root` (relative path) with its size and mtime in ns."""
+    return {str(path.relative_to(root)): (path.lstat().st_size, path.lstat().st_mtime_ns)
+            for path in sorted(root.rglob("*"))}
 
 
 def test_sample_run_writes_the_benchmark_layout(first_run):
@@ -167,16 +187,18 @@ def test_empty_dump_is_refused(tmp_path):
     assert str(empty) in result.stderr.strip().splitlines()[-1]
 
 
-def test_not_a_vocab_is_refused_before_tfrecords_look_complete(first_run, tmp_path):
+def test_not_a_vocab_is_refused_before_any_stage_and_leaves_the_dataset_as_it_was(
+        first_run, tmp_path):
     output = tmp_path / "dataset"
     shutil.copytree(first_run, output)
+    before = tree_state(output)
     bad_vocab = tmp_path / "vocab.txt"
     bad_vocab.write_text("hello\nworld\n")
     result = preprocess(output, f"--vocab_file={bad_vocab}", check=False)
     assert result.returncode != 0
-    assert str(bad_vocab) in result.stderr.strip().splitlines()[-1]
-    assert not (output / ".state" / "tfrecords").exists()
-    assert not (output / "manifest.tsv").exists()
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: {bad_vocab}: not a BERT vocab")
+    assert tree_state(output) == before
 
 
 def test_unwritable_output_directory(tmp_path):
@@ -205,3 +227,189 @@ def test_killed_at_random_points_then_rerun_gives_the_uninterrupted_outputs(firs
     preprocess(output, "--nworker=2")
     assert manifest(output) == manifest(first_run)
     assert not [p for p in output.rglob(".*partial*")]
+
+
+# ---- one run at a time, repairable after any interruption ---------------------------------------
+
+def test_second_run_is_refused_while_one_runs_and_a_killed_run_is_repaired(first_run, tmp_path):
+    output = tmp_path / "dataset"
+    command = [sys.executable, "-m", "cleanup_scripts.preprocess", f"--output_dir={output}",
+               "--nworker=2"]
+    first = subprocess.Popen(command, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+    try:
+        lock = output / ".state" / "lock"
+        deadline = time.time() + 60
+        while not (lock.is_file() and lock.read_text().startswith(f"pid {first.pid} ")):
+            assert time.time() < deadline and first.poll() is None, "first run never locked"
+            time.sleep(0.05)
+        second = preprocess(output, "--nworker=2", check=False)
+        assert second.returncode != 0
+        [line] = second.stderr.strip().splitlines()
+        assert line.startswith(f"error: {output}: another preprocess is writing into this "
+                               f"directory (pid {first.pid} on {socket.gethostname()}, started ")
+        assert line.endswith("); wait for it to end or stop it")
+        delay = random.Random(7).uniform(0.0, 4.0)
+        print(f"first run killed {delay:.2f} s after the second was refused")
+        time.sleep(delay)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    preprocess(output, "--nworker=2")
+    assert_same_dataset(output, first_run)
+    assert not list(output.rglob(".*partial*"))
+
+
+def test_run_refused_by_the_lock_changes_nothing(first_run, tmp_path):
+    output = tmp_path / "dataset"
+    shutil.copytree(first_run, output)
+    leftover = output / "work" / "cleaned" / "AA" / ".wiki_00.partial-1"
+    leftover.write_text("left by a killed run")
+    with exclusive_lock(output / ".state" / "lock", output, "preprocess"):
+        before = tree_state(output)
+        refused = preprocess(output, "--num_eval_examples=50", check=False)
+        assert tree_state(output) == before
+    assert refused.returncode != 0
+    [line] = refused.stderr.strip().splitlines()
+    assert f"(pid {os.getpid()} on {socket.gethostname()}, started " in line
+    once_free = preprocess(output, "--num_eval_examples=50", "--nworker=2")
+    assert summarised_stages(once_free.stderr) == {"eval_10k", "manifest"}
+    assert not leftover.exists()
+
+
+def test_finished_stage_whose_ledger_lacks_a_missing_output_redoes_it(first_run, tmp_path):
+    # What two runs writing into one folder at once left behind: segment marked finished by
+    # one run after the other had reset its ledger (so a file gone since was never recorded),
+    # separate interrupted; every later run failed on "work/sentences/AA/wiki_00: cannot read".
+    output = tmp_path / "dataset"
+    shutil.copytree(first_run, output)
+    (output / "work" / "sentences" / "AA" / "wiki_00").unlink()
+    ledger = output / ".state" / "segment.outputs"
+    ledger.write_text("".join(line for line in ledger.read_text().splitlines(keepends=True)
+                              if not line.startswith("work/sentences/AA/wiki_00\t")))
+    (output / ".state" / "separate").rename(output / ".state" / "separate.started")
+    repaired = preprocess(output, "--nworker=2", "--verify_outputs")
+    assert stage_file_counts(repaired.stderr)["segment"] == 1
+    assert_same_dataset(output, first_run)
+
+
+# ---- flags are checked before the first stage ---------------------------------------------------
+
+@pytest.mark.parametrize("flag, problem", [
+    ("--dupe_factor=-2", "must be at least 1"),
+    ("--num_eval_examples=0", "must be at least 1"),
+    ("--num_test_articles=-1", "must be at least 1"),
+    ("--max_predictions_per_seq=0", "must be at least 1"),
+    ("--max_seq_length=4", "must be at least 5 and at most 4096"),
+    ("--seed=-1", "must be at least 0"),
+    ("--random_seed=-1", "must be at least 0"),
+    ("--nworker=-3", "must be between 0 (all cores) and 1024"),
+    ("--nworker=1025", "must be between 0 (all cores) and 1024"),
+    ("--block_size=nan", "must be a number of MiB greater than 0"),
+    ("--block_size=inf", "must be a number of MiB greater than 0"),
+    ("--block_size=0", "must be a number of MiB greater than 0"),
+    ("--masked_lm_prob=nan", "must be between 0 and 1"),
+    ("--short_seq_prob=-inf", "must be between 0 and 1"),
+    ("--date=2020-13-01", "expected YYYY-MM-DD or YYYY-MM-DDTHH:MM:SS"),
+])
+def test_out_of_range_flag_is_refused_before_the_first_stage(tmp_path, flag, problem):
+    output = tmp_path / "dataset"
+    result = preprocess(output, flag, check=False)
+    assert result.returncode != 0
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: {flag.split('=')[0]}=") and line.endswith(problem)
+    assert not output.exists()
+
+
+def test_directory_given_as_dump_is_called_a_directory(tmp_path):
+    folder = tmp_path / "dumps"
+    folder.mkdir()
+    result = preprocess(tmp_path / "out", f"--dump={folder}", check=False)
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines() == [
+        f"error: {folder}: is a directory, not a dump file"]
+    missing = preprocess(tmp_path / "out", f"--dump={folder / 'dump.xml.bz2'}", check=False)
+    assert missing.returncode != 0
+    assert missing.stderr.strip().splitlines() == [
+        f"error: {folder / 'dump.xml.bz2'}: dump file does not exist"]
+    assert not (tmp_path / "out" / "text").exists()
+
+
+# ---- a full disk --------------------------------------------------------------------------------
+
+DISK_FULL = ": no space left on device (file too large); free some space and run the same " \
+            "command again, it goes on from there"
+
+
+def preprocess_on_a_full_disk(output: Path, limit: int, *flags: str
+                              ) -> subprocess.CompletedProcess:
+    """preprocess in a process (and the workers it forks) that cannot make a file larger than
+    `limit` bytes: a full disk as an unprivileged test can have it. RLIMIT_FSIZE fails the
+    write that crosses the limit with EFBIG once SIGXFSZ, which would kill the writer, is
+    ignored; preprocess reports EFBIG as it does ENOSPC."""
+    def limit_file_size() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return subprocess.run(
+        [sys.executable, "-m", "cleanup_scripts.preprocess", f"--output_dir={output}",
+         "--nworker=2", *flags], env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True, text=True, preexec_fn=limit_file_size, timeout=300)
+
+
+@pytest.mark.parametrize("limit, failing, redone", [
+    (500_000, "text/AA/wiki_00", STAGES),
+    (1_100_000, "results/part-00001-of-00500", {"gather", "tfrecords", "eval_10k", "manifest"}),
+    (12_000_000, "tfrecords/part-0000[01]-of-00500", {"tfrecords", "eval_10k", "manifest"}),
+    (23_000_000, "tfrecords/eval_10k", {"eval_10k", "manifest"}),
+], ids=["extract", "gather", "tfrecords", "eval_10k"])
+def test_full_disk_stops_with_one_line_and_the_rerun_goes_on(first_run, tmp_path, limit,
+                                                             failing, redone):
+    output = tmp_path / "dataset"
+    full = preprocess_on_a_full_disk(output, limit)
+    assert full.returncode != 0
+    assert "Traceback" not in full.stderr
+    assert re.fullmatch(re.escape(f"error: {output}/") + failing + re.escape(DISK_FULL),
+                        full.stderr.strip().splitlines()[-1])
+    assert not list(output.rglob(".*partial*"))
+    assert not (output / "manifest.tsv").exists()
+    for path in output.rglob("*"):  # whatever is under a final name is complete
+        if path.is_file() and ".state" not in path.parts:
+            assert md5_of(path) == md5_of(first_run / path.relative_to(output)), path
+    again = preprocess(output, "--nworker=2")
+    assert summarised_stages(again.stderr) == redone
+    assert_same_dataset(output, first_run)
+
+
+def test_repair_stopped_by_a_full_disk_is_finished_by_the_next_run(first_run, tmp_path):
+    output = tmp_path / "dataset"
+    shutil.copytree(first_run, output)
+    (output / "results" / "part-00000-of-00500").unlink()
+    full = preprocess_on_a_full_disk(output, 1_100_000)
+    assert full.stderr.strip().splitlines()[-1] == (
+        f"error: {output}/results/part-00001-of-00500{DISK_FULL}")
+    again = preprocess(output, "--nworker=2")
+    assert "gather" in summarised_stages(again.stderr)
+    assert_same_dataset(output, first_run)
+
+
+def test_full_disk_during_the_dump_download_names_the_partial_file(first_run, tmp_path):
+    output = tmp_path / "dataset"
+    server = FileServer()
+    server.files = {"/dump.xml.bz2": cleanup_scripts.SAMPLE_DUMP.read_bytes()}
+    server.thread.start()
+    try:
+        flags = (f"--dump={server.url}/dump.xml.bz2", "--num_test_articles=20",
+                 "--block_size=1.5")
+        full = preprocess_on_a_full_disk(output, 300_000, *flags)
+        partial = output / "download" / "dump.xml.bz2.partial"
+        assert full.stderr.strip().splitlines() == [f"error: {partial}{DISK_FULL}"]
+        kept = partial.stat().st_size
+        assert 0 < kept <= 300_000
+        preprocess(output, "--nworker=2", *flags)
+        assert ("/dump.xml.bz2", f"bytes={kept}-") in server.requests
+    finally:
+        server.httpd.shutdown()
+        server.httpd.server_close()
+    assert_same_dataset(output, first_run)
