@@ -317,7 +317,7 @@ def format_report(spec: dict, ours: dict, reference: dict | None, when: str,
         "|---|---:|---:|---:|",
     ]
     rows = [("training sequences/s", "train_seq_per_s", "{:.2f}"),
-            (f"eval of {spec['eval_examples']} records, s", "eval_s", "{:.2f}"),
+            (f"eval of {spec['eval_examples']} records, s", "eval_s", "{:.3g}"),
             (f"eval of {EVAL_SAMPLES:,} samples, s (extrapolated)", "eval_10k_s", "{:.1f}")]
     for label, key, fmt in rows:
         ref = fmt.format(ref_s[key]) if ref_s else "-"
