@@ -1,38 +1,46 @@
-"""Stage 2: WikiExtractor, made reproducible: dump XML to `text/AA/wiki_00 …`.
+"""Stage 2: the dump's XML to `text/AA/wiki_00 …`, exactly as the reference's WikiExtractor.
 
-    python -m cleanup_scripts.extract --input=DUMP.xml[.bz2] --output_dir=DIR/text
+    python -m cleanup_scripts.extract --input=DUMP.xml[.bz2|.gz] --output_dir=DIR/text
         [--date=2020-01-01] [--bytes=1M] [--processes=N]
 
-Runs the pip `wikiextractor` package (3.1.0) with the settings the reference ran
-WikiExtractor.py with: template expansion on, no links, no lists and no section titles (the
-reference did not pass `--sections`; 3.1.0's CLI always keeps them, `--keep_sections` here),
-`<doc id=… url=… title=…>` / title / text / `</doc>` records in ~1 MB files, 100 per folder
-(`AA/wiki_00` … `AA/wiki_99`, `AB/wiki_00`, …). The text itself is 3.1.0's, which is not
-byte-identical to the reference's 2019 WikiExtractor (commit 3162bb6c): that one also puts a
-blank line after each paragraph and cleans some markup differently.
+The text is written by the reference's own WikiExtractor.py (2.75, attardi/wikiextractor at
+3162bb6c, pip `wikiextractor==0.1`; `cleanup_scripts.wikiextractor_275` loads it unmodified on
+this Python) with the settings the reference ran it with, `WikiExtractor.py DUMP.xml`: all
+defaults (no links, lists or section titles, `<doc id=… url=… title=…>` records in ~1 MB
+files, 100 per folder: `AA/wiki_00` … `AA/wiki_99`, `AB/wiki_00`, …). Note what that command
+does not do: without `--templates FILE` the script never collects the dump's templates, so
+every template call expands to nothing (magic words such as {{CURRENTYEAR}} still expand).
 
-Reproducibility. WikiExtractor reads the wall clock (`time.strftime`, in
-`wikiextractor.extract`) for the magic words CURRENTYEAR, CURRENTMONTH, CURRENTDAY,
-CURRENTHOUR and CURRENTTIME, which is why the reference's own extraction cannot be repeated.
-Here WikiExtractor runs in a forked supervisor process in which that module's `time` is
-replaced by a clock fixed at `--date` (default: the dump's date,
-`benchmark.constants.DUMP_DATE`, 00:00:00); its worker processes are forked from there and
-inherit it. The installed package is not modified, and the calling process is not patched.
-WikiExtractor defines no other time words (CURRENTMONTHNAME, LOCAL*, … expand to nothing, as
-in the reference), so they are already independent of the clock. Pages are written in dump
-order whatever `--processes` is (WikiExtractor's reducer orders them by sequence number).
+The script's own `main` sets every option from those command-line defaults; only its
+`process_dump` (one reader process feeding workers through queues) is replaced here by one
+that reads the dump in parallel with the same result: `<siteinfo>` is read as the script reads
+it, then the dump is cut into page-aligned chunks (`cleanup_scripts.dump_chunks`; a bz2
+multistream dump by its streams, so decompression runs on every core too), workers run the
+script's `pages_from`, `keepPage` and `Extractor` on them, and the pages are written in dump
+order through the script's own `OutputSplitter`, so file boundaries fall where the script puts
+them. The output is byte-identical to the script's, whatever `--processes` is (tests compare
+with files the original wrote under Python 3.7). A dump without `</siteinfo>`, in which the
+script finds no pages at all, is an error here.
 
-The output is built in a hidden directory beside `--output_dir` and renamed into place only
-when the whole dump was read; an empty, truncated or non-XML input gives a one-line error and
-leaves no output directory behind, and so does a full disk (the line names the file being
-written).
+Reproducibility. The script reads the wall clock (`time.strftime`) for CURRENTYEAR,
+CURRENTMONTH, CURRENTDAY, CURRENTHOUR and CURRENTTIME; the reference's own extraction cannot be
+repeated for that reason (its date was not recorded). Here the script's `time` is a clock fixed
+at `--date` (default: the dump's date, `benchmark.constants.DUMP_DATE`, 00:00:00). Other time
+words are not defined by the script and expand to nothing, whatever the date.
+
+The whole run happens in a forked supervisor process, so the script's module state, logging
+set-up and worker processes never reach the caller. The output is built in a hidden
+directory beside `--output_dir` and renamed into place only when the whole dump was read; an
+empty, truncated or non-XML input gives a one-line error and leaves no output directory behind,
+and so does a full disk (the line names the file being written).
 """
 from __future__ import annotations
 
 import argparse
 import bz2
-import contextlib
+import collections
 import datetime
+import functools
 import gzip
 import io
 import logging
@@ -52,9 +60,11 @@ from tqdm import tqdm
 from benchmark import constants
 from cleanup_scripts.fileio import (DiskFullError, InputError, disk_full, ensure_dir,
                                     temporary_name)
+from cleanup_scripts import dump_chunks, wikiextractor_275
 from cleanup_scripts.runner import StageSummary, exit_on_input_error, report
 
 MIN_FILE_SIZE = 200 * 1024  # WikiExtractor's own lower limit for --bytes
+CHUNK_BYTES = 16 << 20  # decoded dump text per worker task
 _SNIFF_BYTES = 64 * 1024
 _TAIL_BYTES = 64
 
@@ -98,21 +108,6 @@ class PinnedClock:
         return getattr(time, name)
 
 
-@contextlib.contextmanager
-def pinned_clock(when: datetime.datetime) -> Iterator[PinnedClock]:
-    """Make wikiextractor's magic words see the time `when` inside the block (this process
-    and processes forked from it)."""
-    from wikiextractor import extract as wikiextractor_extract
-
-    saved = wikiextractor_extract.time
-    clock = PinnedClock(when)
-    wikiextractor_extract.time = clock
-    try:
-        yield clock
-    finally:
-        wikiextractor_extract.time = saved
-
-
 # ----------------------------------------------------------------------------------------------
 # Reading the dump
 
@@ -145,6 +140,10 @@ class _DumpReader(io.RawIOBase):
 
     def readable(self) -> bool:
         return True
+
+    def position(self) -> int:
+        """Bytes of the file read so far."""
+        return self._file.tell()
 
     def readinto(self, buffer) -> int:  # type: ignore[override]
         try:
@@ -206,21 +205,19 @@ def check_dump_start(path: str | os.PathLike) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# Running WikiExtractor
+# WikiExtractor's settings
 
 
 def parse_size(text: str) -> int:
-    """WikiExtractor's --bytes: `n[KMG]` (powers of 1024) or `0` (one article per file)."""
+    """WikiExtractor's --bytes: `n[KMG]` (powers of 1024), at least 200K, as its CLI reads it."""
     text = text.strip()
-    if text == "0":
-        return 0
     power = "kmg".find(text[-1:].lower()) + 1
-    digits = text[:-1] if power else text
+    digits = text[:-1]
     if not digits.isdigit():
         raise InputError(f"--bytes={text}: expected a size such as 1M or 500K")
     size = int(digits) * 1024 ** power
     if size < MIN_FILE_SIZE:
-        raise InputError(f"--bytes={text}: files must be at least 200K (or 0)")
+        raise InputError(f"--bytes={text}: files must be at least 200K")
     return size
 
 
@@ -229,20 +226,27 @@ def default_processes() -> int:
     return max(1, (os.cpu_count() or 2) - 1)
 
 
-def _extractor_kwargs(keep_sections: bool = False) -> dict:
-    """WikiExtractor's default CLI settings (no links, no HTML), with section titles dropped
-    unless `keep_sections`, as the reference's WikiExtractor did by default."""
-    from wikiextractor.extract import _DEFAULT_IGNORED_TAG_PATTERNS, ignoreTag
+@dataclass(frozen=True)
+class _Settings:
+    """One extraction, as the supervisor process runs it."""
 
-    return {
-        "keepLinks": False,
-        "HtmlFormatting": False,
-        "to_json": False,
-        "to_text": False,
-        "discard_empty": False,
-        "keepSections": keep_sections,
-        "ignored_tag_patterns": list(_DEFAULT_IGNORED_TAG_PATTERNS) + [ignoreTag("a")],
-    }
+    input_path: Path
+    building: Path  # written here ...
+    final: Path  # ... and renamed to this by the caller
+    when: datetime.datetime
+    size: int
+    processes: int
+    keep_sections: bool
+    verbose: bool
+    chunk_bytes: int
+
+    def script_argv(self) -> list[str]:
+        """The script's command line: the reference's `WikiExtractor.py DUMP.xml`, plus the
+        output folder, size and process count (`--sections` on request, `-q` unless verbose)."""
+        return (["WikiExtractor.py", str(self.input_path), "-o", str(self.building),
+                 "-b", f"{self.size // 1024}K", "--processes", str(self.processes)]
+                + (["--sections"] if self.keep_sections else [])
+                + ([] if self.verbose else ["-q"]))
 
 
 @dataclass
@@ -254,32 +258,175 @@ class Extraction:
     output_bytes: int
 
 
-@contextlib.contextmanager
-def _instrumented_wikiextractor(input_path: Path, counter: list[int]) -> Iterator[None]:
-    """Route WikiExtractor's dump reading through `open_dump` and count the pages it maps."""
-    from wikiextractor import WikiExtractor as wikiextractor_main
+# ----------------------------------------------------------------------------------------------
+# The parallel process_dump (runs in the supervisor process and its forked workers)
 
-    saved_open = wikiextractor_main.decode_open
-    saved_collect = wikiextractor_main.collect_pages
-    passes = iter(("templates", "pages"))
+# The loaded script; set in the supervisor before its workers are forked.
+_script = None
 
-    def decode_open(filename, mode="rt", encoding="utf-8"):
-        if Path(filename) != input_path:
-            return saved_open(filename, mode, encoding)
-        return open_dump(filename, desc=f"extract: {next(passes, 'read')}")
 
-    def collect_pages(text):
-        for page in saved_collect(text):
-            counter[0] += 1
-            yield page
+class _Misaligned(Exception):
+    """A bz2 chunk whose streams do not start and end at page lines."""
 
-    wikiextractor_main.decode_open = decode_open
-    wikiextractor_main.collect_pages = collect_pages
+
+def _read_siteinfo(lines: Iterator[str]) -> bool:
+    """Read `<siteinfo>` from `lines` into the script's options as its `process_dump` does
+    (URL base, namespaces, the Template and Module names); True once the line whose first tag
+    is `</siteinfo>` was read, False if `lines` ran out first (the script then has no lines
+    left to read pages from)."""
+    options = _script.options
+    for line in lines:
+        match = _script.tagRE.search(line)
+        if not match:
+            continue
+        tag = match.group(2)
+        if tag == "base":
+            base = match.group(3)
+            options.urlbase = base[:base.rfind("/")]
+        elif tag == "namespace":
+            key = _script.keyRE.search(line)
+            options.knownNamespaces[match.group(3)] = "".join(key.groups()) if key else ""
+            if 'key="10"' in line:
+                options.templateNamespace = match.group(3)
+                options.templatePrefix = options.templateNamespace + ":"
+            elif 'key="828"' in line:
+                options.moduleNamespace = match.group(3)
+                options.modulePrefix = options.moduleNamespace + ":"
+        elif tag == "/siteinfo":
+            return True
+    return False
+
+
+def _decoded(chunk: dump_chunks.Chunk) -> str:
+    text = dump_chunks.chunk_text(chunk)
+    if not dump_chunks.text_is_page_aligned(text, chunk):
+        if chunk.codec == "bz2":
+            raise _Misaligned(chunk.index)
+        raise RuntimeError(f"{chunk.path}: chunk {chunk.index} is not page-aligned")
+    if chunk.last and chunk.codec != "text" and not text.rstrip().endswith("</mediawiki>"):
+        raise InputError(f"{chunk.path}: the XML ends before </mediawiki> "
+                         f"(truncated or not a MediaWiki dump)")
+    return text
+
+
+def _extract_chunk(chunk: dump_chunks.Chunk) -> tuple:
+    """Worker: the script's page reader, filter and Extractor over one chunk (the first from
+    after `</siteinfo>`, where the script's reader goes on). Returns (first page id, last page
+    id, [(page ordinal, UTF-8 text), …]) for the pages kept, in dump order."""
+    lines = dump_chunks.chunk_lines(_decoded(chunk))
+    if chunk.index == 0 and not _read_siteinfo(lines):
+        raise InputError(f"{chunk.path}: <siteinfo> does not end before the first page")
+    ids: list = []
+    texts: list = []
+    out = io.StringIO()
+    for ordinal, (page_id, revid, title, ns, categories, page) in \
+            enumerate(_script.pages_from(lines)):
+        ids.append(page_id)
+        if not _script.keepPage(ns, categories, page):
+            continue
+        try:
+            _script.Extractor(page_id, revid, title, page).extract(out)
+            text = out.getvalue()
+        except Exception:  # noqa: BLE001 -- the script writes an empty text, and logs it
+            text = ""
+            logging.exception("Processing page: %s %s", page_id, title)
+        out.seek(0)
+        out.truncate(0)
+        texts.append((ordinal, text.encode("utf-8")))
+    return (ids[0] if ids else None), (ids[-1] if ids else None), texts
+
+
+def _in_order(pool, chunks: Iterator[dump_chunks.Chunk], window: int,
+              bar: tqdm) -> Iterator[list]:
+    """`_extract_chunk` over `chunks` in `pool`, the texts in chunk order, with at most
+    `window` chunks in flight (a serially read dump is never all in memory). A chunk's first
+    page is left out when its id repeats the previous chunk's last page id, as the script's
+    page reader, reading on, would have skipped it."""
+    pending: collections.deque = collections.deque()
+    previous_last = None
+    chunks = iter(chunks)
+    while True:
+        while len(pending) < window:
+            chunk = next(chunks, None)
+            if chunk is None:
+                break
+            pending.append((chunk, pool.apply_async(_extract_chunk, (chunk,))))
+        if not pending:
+            return
+        chunk, result = pending.popleft()
+        first, last, texts = result.get()
+        drop_first = first is not None and first == previous_last
+        previous_last = last if last is not None else previous_last
+        bar.update(chunk.size)
+        yield [text for ordinal, text in texts if not (drop_first and ordinal == 0)]
+
+
+def _serial_chunks(settings: _Settings) -> Iterator[dump_chunks.Chunk]:
+    reader = open_dump(settings.input_path)
     try:
-        yield
+        yield from dump_chunks.serial_chunks(reader, settings.input_path, settings.chunk_bytes,
+                                             reader.buffer.raw.position)
     finally:
-        wikiextractor_main.decode_open = saved_open
-        wikiextractor_main.collect_pages = saved_collect
+        reader.close()
+
+
+def _write_pages(settings: _Settings, pool, chunks) -> int:
+    """The script's output files from `chunks` (None: the dump read serially here), written
+    in dump order through its `OutputSplitter`; returns the number of pages written."""
+    splitter = _script.OutputSplitter(_script.NextFile(str(settings.building)), settings.size,
+                                      False)
+    pages = 0
+    source = chunks if chunks is not None else _serial_chunks(settings)
+    try:
+        with tqdm(total=settings.input_path.stat().st_size, unit="B", unit_scale=True,
+                  unit_divisor=1024, desc="extract", leave=False, disable=None) as bar:
+            for texts in _in_order(pool, source, 2 * settings.processes + 2, bar):
+                for text in texts:
+                    splitter.write(text)
+                pages += len(texts)
+        splitter.close()
+    except OSError as err:
+        name = settings.final / Path(splitter.file.name).relative_to(settings.building)
+        raise disk_full(name, err) or InputError(f"{name}: cannot write ({err.strerror})") \
+            from err
+    return pages
+
+
+def _worker_signals() -> None:
+    """Pool workers: Ctrl-C is the supervisor's business, and SIGTERM (the pool's way of
+    stopping them) ends them quietly."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _empty(directory: Path) -> None:
+    for entry in directory.iterdir():
+        shutil.rmtree(entry)
+
+
+def _process_dump(settings: _Settings, outcome: list, input_file, template_file, out_file,
+                  file_size, file_compress, process_count) -> None:
+    """Stands in for the script's `process_dump`, called by its `main` with the arguments it
+    parsed: see the module doc. Appends the number of pages written to `outcome`."""
+    if template_file or not out_file or file_compress:
+        raise RuntimeError("only the reference's command line is supported")
+    with open_dump(settings.input_path) as reader:
+        if not _read_siteinfo(reader):
+            raise InputError(f"{settings.input_path}: no </siteinfo>: WikiExtractor finds no "
+                             f"pages in a dump without its <siteinfo> header")
+    with multiprocessing.get_context("fork").Pool(process_count, _worker_signals) as pool:
+        chunks = dump_chunks.plan(settings.input_path, settings.chunk_bytes, pool.starmap)
+        try:
+            outcome.append(_write_pages(settings, pool, chunks))
+        except _Misaligned:
+            logging.warning("%s: its bz2 streams split pages; reading it serially",
+                            settings.input_path)
+            _empty(settings.building)
+            outcome.append(_write_pages(settings, pool, None))
+
+
+# ----------------------------------------------------------------------------------------------
+# The supervisor process
 
 
 class _Stopped(BaseException):
@@ -291,82 +438,32 @@ def _stop_once(signum, frame) -> None:
     raise _Stopped()
 
 
-class _WriteFailed(BaseException):
-    """Raised in the supervisor process when WikiExtractor's writer could not write (SIGUSR1)."""
-
-
-def _write_failed(signum, frame) -> None:
-    raise _WriteFailed()
-
-
-@contextlib.contextmanager
-def _reported_write_failures(building: Path, final: Path, sender) -> Iterator[None]:
-    """Make WikiExtractor's writer process, when a write fails (a full disk), send an outcome
-    ("disk" or "input", one-line message) on `sender`, signal this process (SIGUSR1) and exit
-    at once, instead of dying with a traceback while this process waits for it forever.
-
-    The message names the file being written under its final name (`building` -> `final`).
-    """
-    from wikiextractor.WikiExtractor import OutputSplitter
-
-    saved_write, saved_close = OutputSplitter.write, OutputSplitter.close
-    supervisor = os.getpid()
-
-    def reporting(method):
-        def call(splitter, *args):
-            try:
-                return method(splitter, *args)
-            except OSError as err:
-                name = final / Path(splitter.file.name).relative_to(building)
-                full = disk_full(name, err)
-                sender.send(("disk", str(full)) if full else
-                            ("input", f"{name}: cannot write ({err.strerror})"))
-                os.kill(supervisor, signal.SIGUSR1)
-                os._exit(1)
-        return call
-
-    OutputSplitter.write, OutputSplitter.close = reporting(saved_write), reporting(saved_close)
-    try:
-        yield
-    finally:
-        OutputSplitter.write, OutputSplitter.close = saved_write, saved_close
-
-
-def _run_wikiextractor(conn, input_path: Path, building: Path, final: Path,
-                       when: datetime.datetime, size: int, processes: int, keep_sections: bool,
-                       log_level: int) -> None:
-    """Body of the supervisor process: run WikiExtractor, send back the outcome, exit.
+def _run_wikiextractor(conn, settings: _Settings) -> None:
+    """Body of the supervisor process: run the script's `main`, send back the outcome, exit.
 
     The outcome sent on `conn` is ("ok", pages), ("input", message), ("disk", message) or
-    ("error", text); a write that fails in WikiExtractor's writer ("disk" for a full disk)
-    names the file under `final`. Ctrl-C is left to the parent, which sends SIGTERM instead
-    (WikiExtractor's processes, forked from here, ignore SIGINT too). On any failure
-    WikiExtractor's processes are killed here, and the process always leaves through
-    os._exit: its multiprocessing queues may still hold pages for workers that are gone, and
-    the normal exit path would wait for them forever.
+    ("error", text). Ctrl-C is left to the parent, which sends SIGTERM instead (the workers,
+    forked from here, ignore SIGINT too). On any failure the workers are killed here, and the
+    process always leaves through os._exit (pool threads may still be blocked on queues).
     """
-    from wikiextractor import WikiExtractor as wikiextractor_main
-
+    global _script
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _stop_once)
-    signal.signal(signal.SIGUSR1, _write_failed)
-    failures, failure_sender = multiprocessing.get_context("fork").Pipe(duplex=False)
     status, outcome = 1, ("error", "interrupted")
     try:
-        counter = [0]
-        with pinned_clock(when), _instrumented_wikiextractor(input_path, counter), \
-                _reported_write_failures(building, final, failure_sender):
-            wikiextractor_main.process_dump(
-                str(input_path), None, str(building), size, False, processes, True,
-                expand_templates=True, extractor_kwargs=_extractor_kwargs(keep_sections),
-                log_level=log_level)
-        status, outcome = 0, ("ok", counter[0])
-    except _WriteFailed:
-        outcome = failures.recv()
+        _script = wikiextractor_275.load()
+        _script.time = PinnedClock(settings.when)
+        pages: list[int] = []
+        _script.process_dump = functools.partial(_process_dump, settings, pages)
+        sys.argv = settings.script_argv()
+        _script.main()
+        if not pages:
+            raise RuntimeError("WikiExtractor's main stopped before extracting")
+        status, outcome = 0, ("ok", pages[0])
+    except DiskFullError as err:
+        outcome = ("disk", str(err))
     except InputError as err:
         outcome = ("input", str(err))
-    except UnicodeDecodeError as err:
-        outcome = ("input", f"{input_path}: not UTF-8 text ({err.reason})")
     except _Stopped:
         outcome = ("error", "interrupted")
     except BaseException:  # noqa: BLE001 -- reported to the parent, which raises it
@@ -388,20 +485,16 @@ def _run_wikiextractor(conn, input_path: Path, building: Path, final: Path,
             os._exit(status)
 
 
-def _supervise(input_path: Path, building: Path, final: Path, when: datetime.datetime,
-               size: int, processes: int, keep_sections: bool, log_level: int) -> int:
-    """Run WikiExtractor in a forked supervisor process, writing into `building` (renamed to
-    `final` later); return the number of pages.
+def _supervise(settings: _Settings) -> int:
+    """Run the extraction in a forked supervisor process; return the number of pages.
 
-    Keeps the clock pin and the reading hooks out of this process, and keeps a failure
-    (or Ctrl-C) from leaving worker processes or blocked queue threads behind here.
+    Keeps the script's module state and worker processes out of this process, and keeps a
+    failure (or Ctrl-C) from leaving worker processes behind here.
     """
     context = multiprocessing.get_context("fork")
     receiver, sender = context.Pipe(duplex=False)
-    supervisor = context.Process(
-        target=_run_wikiextractor, name="wikiextractor",
-        args=(sender, input_path, building, final, when, size, processes, keep_sections,
-              log_level))
+    supervisor = context.Process(target=_run_wikiextractor, name="wikiextractor",
+                                 args=(sender, settings))
     supervisor.start()
     sender.close()
     try:
@@ -449,12 +542,15 @@ def _replace_directory(built: Path, final: Path) -> None:
 def extract_dump(input_path: str | os.PathLike, output_dir: str | os.PathLike,
                  date: datetime.datetime | str = constants.DUMP_DATE,
                  file_size: int | str = "1M", processes: int = 0,
-                 keep_sections: bool = False, log_level: int = logging.WARNING) -> Extraction:
+                 keep_sections: bool = False, verbose: bool = False,
+                 chunk_bytes: int = CHUNK_BYTES) -> Extraction:
     """Extract `input_path` into `output_dir` (`AA/wiki_00`, …) with the clock at `date`.
 
-    `processes` <= 0 means WikiExtractor's default (cores - 1); `keep_sections` keeps section
-    titles as lines (off in the reference). The directory appears only
-    when complete (an earlier one is replaced). Raises InputError for a bad input.
+    `file_size` caps each output file (bytes, or WikiExtractor's `n[KMG]`); `processes` <= 0
+    means WikiExtractor's default (cores - 1); `keep_sections` keeps section titles as lines
+    (off in the reference); `verbose` lets WikiExtractor log each page; `chunk_bytes` is the
+    decoded dump text per worker task. The directory appears only when complete (an earlier
+    one is replaced). Raises InputError for a bad input, DiskFullError for a full disk.
     """
     input_path = Path(input_path)
     output_dir = Path(output_dir)
@@ -466,9 +562,10 @@ def extract_dump(input_path: str | os.PathLike, output_dir: str | os.PathLike,
     building = temporary_name(output_dir)
     shutil.rmtree(building, ignore_errors=True)
     building.mkdir()
+    settings = _Settings(input_path, building, output_dir, when, size, processes, keep_sections,
+                         verbose, chunk_bytes)
     try:
-        pages = _supervise(input_path, building, output_dir, when, size, processes,
-                           keep_sections, log_level)
+        pages = _supervise(settings)
         if pages == 0:
             raise InputError(f"{input_path}: no articles found in the dump")
     except BaseException:
@@ -483,14 +580,15 @@ def extract_dump(input_path: str | os.PathLike, output_dir: str | os.PathLike,
 def main(argv: list[str] | None = None) -> None:
     """CLI: extract a dump reproducibly into the reference's `text/` layout."""
     parser = argparse.ArgumentParser(
-        description="Extract a Wikipedia XML dump with WikiExtractor, with a fixed clock.")
+        description="Extract a Wikipedia XML dump with the reference's WikiExtractor 2.75, in "
+                    "parallel, with a fixed clock.")
     parser.add_argument("--input", required=True, help="The dump: .xml, .xml.bz2 or .xml.gz.")
     parser.add_argument("--output_dir", required=True,
                         help="The directory to create, e.g. DIR/text (replaced if present).")
     parser.add_argument("--date", default=constants.DUMP_DATE,
                         help="The date (YYYY-MM-DD[THH:MM:SS]) time magic words expand to.")
     parser.add_argument("--bytes", default="1M",
-                        help="Maximum bytes per output file (n[KMG]; 0: one article per file).")
+                        help="Maximum bytes per output file (n[KMG], at least 200K).")
     parser.add_argument("--processes", type=int, default=0,
                         help="Extraction processes (0: cores - 1, WikiExtractor's default).")
     parser.add_argument("--keep_sections", action="store_true",
@@ -500,7 +598,7 @@ def main(argv: list[str] | None = None) -> None:
     started = time.time()
     result = extract_dump(args.input, args.output_dir, parse_date(args.date),
                           parse_size(args.bytes), args.processes, args.keep_sections,
-                          logging.INFO if args.verbose else logging.WARNING)
+                          args.verbose)
     report(StageSummary("extract", result.files, result.pages,
                         os.path.getsize(args.input), started))
 

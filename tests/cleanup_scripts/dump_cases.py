@@ -1,0 +1,60 @@
+"""Dumps for the extraction tests, built from the vendored real dump slice.
+
+Plain Python 3.7-compatible code without dependencies: the same functions build the inputs
+that the original WikiExtractor 2.75 is run on under Python 3.7 to make the reference md5s
+(tests/fixtures/wikiextractor-2.75/make_md5s.py) and the inputs our extraction is tested on.
+"""
+import bz2
+import re
+
+PAGE_LINE = re.compile(rb"\n[ \t]*<page>")
+PAGE_ID = re.compile(rb"(<page>\s*<title>[^<]*</title>\s*<ns>[^<]*</ns>\s*<id>)(\d+)(</id>)")
+
+
+def split_dump(xml):
+    """(header, [page, ...], footer): the bytes before the first page line, each page from its
+    `<page>` line to the next, and the closing `</mediawiki>` line onwards."""
+    starts = [match.start() + 1 for match in PAGE_LINE.finditer(xml)]
+    end = xml.rindex(b"\n", 0, xml.rindex(b"</mediawiki>")) + 1
+    cuts = starts + [end]
+    return xml[:starts[0]], [xml[a:b] for a, b in zip(cuts, cuts[1:])], xml[end:]
+
+
+def _renumbered(page, offset):
+    return PAGE_ID.sub(lambda m: m.group(1) + str(int(m.group(2)) + offset).encode() +
+                       m.group(3), page, count=1)
+
+
+def many_pages(xml, copies=8):
+    """The slice's pages `copies` times over (page ids renumbered per copy), each page written
+    twice in a row in the first copy (WikiExtractor keeps only the first of two consecutive
+    pages with one id), and one article of all articles' text joined (over 1 MB of output)."""
+    header, pages, footer = split_dump(xml)
+    out = [header]
+    for copy in range(copies):
+        for page in pages:
+            page = _renumbered(page, copy * 10000000)
+            out.append(page + page if copy == 0 else page)
+    texts = [re.search(rb"<text[^>]*>(.*?)</text>", page, re.S) for page in pages]
+    body = b"\n\n".join(text.group(1) for text in texts if text and b"#REDIRECT" not in
+                        text.group(1)[:20])
+    out.append(b"  <page>\n    <title>Everything</title>\n    <ns>0</ns>\n    <id>99999999</id>\n"
+               b"    <revision>\n      <id>1</id>\n      <text xml:space=\"preserve\">" + body +
+               b"</text>\n    </revision>\n  </page>\n")
+    out.append(footer)
+    return b"".join(out)
+
+
+def multistream(xml, pages_per_stream):
+    """`xml` as Wikimedia writes a multistream dump: a bz2 stream for the header, one per
+    `pages_per_stream` pages, and one for the closing tag."""
+    header, pages, footer = split_dump(xml)
+    streams = [header] + [b"".join(pages[i:i + pages_per_stream])
+                          for i in range(0, len(pages), pages_per_stream)] + [footer]
+    return b"".join(bz2.compress(stream) for stream in streams)
+
+
+def blockwise_bz2(xml, block):
+    """`xml` as a parallel compressor (pbzip2, lbzip2) writes it: a bz2 stream per `block`
+    bytes, cut anywhere (streams split pages and lines)."""
+    return b"".join(bz2.compress(xml[i:i + block]) for i in range(0, len(xml), block))
