@@ -12,8 +12,13 @@ PREPROCESS_ARGS ?=
 DIR      ?= $(OUT)
 # make upload / make verify: a bucket copy of the dataset (gs://bucket/prefix).
 BUCKET   ?=
-# make download: official artifacts (config, vocab, tf1_ckpt, tf2_ckpt, dump; or all).
+# make download: official artifacts (config, vocab, tf1_ckpt, tf2_ckpt, dump, results; or all),
+# from SOURCE (r2, the MLCommons bucket, by default; drive; url) or from FROM_DIR, a folder
+# mlc-r2-downloader.sh filled. DOWNLOAD_ARGS: more flags (--r2_downloader=PATH, --decompress).
 ARTIFACTS ?= config,vocab
+SOURCE    ?= r2
+FROM_DIR  ?=
+DOWNLOAD_ARGS ?=
 # make bench: the reference's cleanup_scripts folder (a checkout of mlcommons/training).
 REFERENCE_DIR ?=
 BENCH_ARGS    ?=
@@ -55,7 +60,8 @@ preprocess:
 		$(if $(DUMP),--dump=$(DUMP)) $(PREPROCESS_ARGS)
 
 download:
-	$(PY) -m cleanup_scripts.download --output_dir=$(DIR) --artifacts=$(ARTIFACTS)
+	$(PY) -m cleanup_scripts.download --output_dir=$(DIR) --artifacts=$(ARTIFACTS) \
+		--source=$(SOURCE) $(if $(FROM_DIR),--from_dir=$(FROM_DIR)) $(DOWNLOAD_ARGS)
 
 upload:
 	$(if $(BUCKET),,$(error give BUCKET=gs://bucket/prefix))

@@ -200,18 +200,32 @@ def test_verified_file_is_not_downloaded_again(server, tmp_path):
 
 
 def test_list_shows_the_reference_drive_sources(capsys):
-    assert run_cli(["--output_dir=unused", "--list"]) == 0
+    assert run_cli(["--output_dir=unused", "--source=drive", "--list"]) == 0
     lines = dict(line.split("\t") for line in capsys.readouterr().out.splitlines())
     assert len(lines) == 8
     assert lines["tf1_ckpt/model.ckpt-28252.index"] == \
         "https://drive.google.com/uc?export=download&id=1Q47V3K3jFRkbJ2zGCrKkKk-n0fvMZsa0"
 
 
+def test_list_defaults_to_the_mlcommons_r2_bucket(capsys):
+    assert run_cli(["--output_dir=unused", "--artifacts=all,results", "--list"]) == 0
+    lines = dict(line.split("\t") for line in capsys.readouterr().out.splitlines())
+    inputs = "https://training.mlcommons-storage.org/metadata/bert-input-files.uri"
+    processed = ("https://training.mlcommons-storage.org/metadata/"
+                 "bert-preprocessed-wikipedia-dataset.uri")
+    assert len(lines) == 9
+    assert lines["tf1_ckpt/model.ckpt-28252.index"] == inputs
+    assert lines["results/*"] == processed
+
+
 def test_unknown_artifact_and_missing_source_are_errors(capsys):
     assert run_cli(["--output_dir=unused", "--artifacts=weights"]) == 1
     assert "weights: unknown artifact" in capsys.readouterr().err
-    assert run_cli(["--output_dir=unused", "--artifacts=results/eval.txt", "--list"]) == 1
+    assert run_cli(["--output_dir=unused", "--artifacts=results/eval.txt", "--source=drive",
+                    "--list"]) == 1
     assert "results/eval.txt: no default source" in capsys.readouterr().err
+    assert run_cli(["--output_dir=unused", "--artifacts=vocab", "--source=url", "--list"]) == 1
+    assert "vocab.txt: no default source" in capsys.readouterr().err
 
 
 def test_decompress_bz2_streams_and_verifies(tmp_path):
