@@ -25,10 +25,11 @@ def _renumbered(page, offset):
                        m.group(3), page, count=1)
 
 
-def many_pages(xml, copies=8):
+def many_pages(xml, copies):
     """The slice's pages `copies` times over (page ids renumbered per copy), each page written
     twice in a row in the first copy (WikiExtractor keeps only the first of two consecutive
-    pages with one id), and one article of all articles' text joined (over 1 MB of output)."""
+    pages with one id), and one article of the first articles' text joined (1 MB of wikitext,
+    larger than a 200K output file)."""
     header, pages, footer = split_dump(xml)
     out = [header]
     for copy in range(copies):
@@ -36,8 +37,13 @@ def many_pages(xml, copies=8):
             page = _renumbered(page, copy * 10000000)
             out.append(page + page if copy == 0 else page)
     texts = [re.search(rb"<text[^>]*>(.*?)</text>", page, re.S) for page in pages]
-    body = b"\n\n".join(text.group(1) for text in texts if text and b"#REDIRECT" not in
-                        text.group(1)[:20])
+    articles = [text.group(1) for text in texts
+                if text and b"#REDIRECT" not in text.group(1)[:20]]
+    body = b""
+    for article in articles:
+        if len(body) >= 1000000:
+            break
+        body += article + b"\n\n"
     out.append(b"  <page>\n    <title>Everything</title>\n    <ns>0</ns>\n    <id>99999999</id>\n"
                b"    <revision>\n      <id>1</id>\n      <text xml:space=\"preserve\">" + body +
                b"</text>\n    </revision>\n  </page>\n")

@@ -40,7 +40,7 @@ def sample_xml():
 
 @pytest.fixture(scope="module")
 def many_pages(sample_xml):
-    return dump_cases.many_pages(sample_xml)
+    return dump_cases.many_pages(sample_xml, copies=3)
 
 
 @pytest.fixture(scope="module")
@@ -63,9 +63,9 @@ def test_sample_dump_is_byte_identical_to_the_original_under_python37(sample_tex
 
 @pytest.mark.parametrize("form", ["xml", "multistream", "blockwise", "bz2", "gz"])
 def test_many_pages_identical_to_the_original_in_every_dump_form(many_pages, tmp_path, form):
-    """113 files in two folders, a page over 1 MB, pages repeated in a row, read as plain XML
-    in byte ranges, as a multistream bz2 by its streams, as bz2 streams that split pages
-    (read serially), and as one bz2 or gzip stream (read serially); 3 workers, small chunks."""
+    """43 files, a page larger than a file, pages repeated in a row, read as plain XML in byte ranges,
+    as a multistream bz2 by its streams, as bz2 streams that split pages (read serially), and
+    as one bz2 or gzip stream (read serially); 3 workers, small chunks."""
     data = {"xml": many_pages, "multistream": dump_cases.multistream(many_pages, 7),
             "blockwise": dump_cases.blockwise_bz2(many_pages, 300000),
             "bz2": bz2.compress(many_pages), "gz": gzip.compress(many_pages, mtime=0)}[form]
@@ -76,9 +76,19 @@ def test_many_pages_identical_to_the_original_in_every_dump_form(many_pages, tmp
     result = extract.extract_dump(dump, out, file_size="200K", processes=3,
                                   chunk_bytes=400000)
     expected = reference_md5s("many-pages")
-    assert len(expected) == 113 and "AB/wiki_12" in expected
+    assert len(expected) == 43 and expected["AA/wiki_42"] == tree_md5s(out)["AA/wiki_42"]
     assert tree_md5s(out) == expected
-    assert result.files == 113
+    assert result.files == 43
+
+
+@pytest.mark.slow
+def test_over_a_hundred_files_fill_the_next_folder_as_in_the_original(sample_xml, tmp_path):
+    dump = tmp_path / "folders.xml.bz2"
+    dump.write_bytes(dump_cases.multistream(dump_cases.many_pages(sample_xml, copies=8), 20))
+    extract.extract_dump(dump, tmp_path / "text", file_size="200K", processes=2)
+    expected = reference_md5s("folders")
+    assert len(expected) == 113 and "AB/wiki_12" in expected
+    assert tree_md5s(tmp_path / "text") == expected
 
 
 def test_chunks_of_the_many_pages_dump_split_repeated_pages(many_pages, tmp_path):
