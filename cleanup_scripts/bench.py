@@ -1,6 +1,7 @@
 """`make bench` (data pipeline): our stages against the reference scripts, side by side.
 
     python -m cleanup_scripts.bench --reference_dir=PATH/retired_benchmarks/bert/cleanup_scripts \\
+        [--dump=SAMPLE.xml.bz2] [--dump_copies=4] \\
         [--text_dir=build/dataset/text] [--text_copies=8] [--text_only] \\
         [--part=build/dataset/results/part-00000-of-00500] [--part_copies=8] \\
         [--output=build/bench/preprocess.md]
@@ -15,11 +16,17 @@ a copy repeats words that our sentence splitter has already memoised, which make
 copies somewhat cheaper for us than new text would be. The reference's TF1 scripts run under
 `tensorflow.compat.v1`, and its sentence segmentation uses the installed NLTK with our vendored
 Punkt parameters (so it is NLTK 3.10's speed, not 3.4.5's) unless `--reference_python` names
-one with NLTK 3.4.5. Ends with a projection for all 500 parts on larger machines.
+one with NLTK 3.4.5. Extraction is timed on `--dump_copies` copies of a dump's pages: the
+reference's WikiExtractor 2.75 as the reference ran it (its own `main` and `process_dump` on the
+plain XML, through `cleanup_scripts.wikiextractor_275` on this Python, or the original file under
+`--extractor_python`, e.g. a Python 3.7), against ours on the same XML and on the same pages as a
+multistream bz2 (decompression included), one process each, then ours on every core. Ends with
+a projection of the whole `make preprocess DUMP=` of the official dump on larger machines.
 """
 from __future__ import annotations
 
 import argparse
+import bz2
 import datetime
 import glob
 import hashlib
@@ -33,7 +40,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cleanup_scripts import PUNKT_ENGLISH_DIR, VOCAB_FILE
+from benchmark import constants
+from cleanup_scripts import PUNKT_ENGLISH_DIR, SAMPLE_DUMP, VOCAB_FILE, checksums, dump_chunks
 from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir
 from cleanup_scripts.runner import exit_on_input_error
 from cleanup_scripts.tfrecord_digest import tfrecord_digest
@@ -50,7 +58,32 @@ sys.path.insert(0, os.path.dirname(sys.argv[1]))
 script, sys.argv = sys.argv[1], sys.argv[1:]
 runpy.run_path(script, run_name="__main__")
 """
+# Runs WikiExtractor 2.75's own `main` (and so its own serial `process_dump`) on this Python,
+# its clock fixed as ours is: argv[1] is the date, the rest its command line.
+_ORIGINAL_EXTRACTOR = """import datetime, sys
+from cleanup_scripts import wikiextractor_275
+from cleanup_scripts.extract import PinnedClock
+script = wikiextractor_275.load()
+script.time = PinnedClock(datetime.datetime.fromisoformat(sys.argv[1]))
+sys.argv = ["WikiExtractor.py"] + sys.argv[2:]
+script.main()
+"""
+# The same for the original file under another Python (argv[1] the date, argv[2] the file).
+_ORIGINAL_FILE_EXTRACTOR = """import runpy, sys, time
+when = time.strptime(sys.argv[1], "%Y-%m-%d")
+real = time.strftime
+time.strftime = lambda fmt, t=None: real(fmt, when if t is None else t)
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+# The reference decompresses the dump before extracting it (dataset.md: "downloaded and
+# uncompressed"): one process, as bunzip2 does.
+_BUNZIP2 = """import bz2, shutil, sys
+with bz2.open(sys.argv[1]) as source, open("/dev/null", "wb") as sink:
+    shutil.copyfileobj(source, sink, 1 << 20)
+"""
 PROJECTION_CORES = (32, 64, 96)
+OFFICIAL_DUMP = "enwiki-20200101-pages-articles-multistream.xml"
 OFFICIAL_PARTS = 500
 OFFICIAL_PART_MB = 27.0
 
@@ -110,6 +143,52 @@ def copy_text_tree(text_dir: Path, target: Path, copies: int) -> list[str]:
             shutil.copy(text_dir / name, target / "text" / copied)
             written.append(str(copied))
     return sorted(written)
+
+
+def copied_dump(dump: Path, copies: int) -> bytes:
+    """The XML of `dump` (.xml or .xml.bz2) with its pages `copies` times over, header and
+    closing tag once."""
+    data = dump.read_bytes()
+    xml = bz2.decompress(data) if dump.suffix == ".bz2" else data
+    header, pages, footer = dump_chunks.split_pages(xml)
+    return header + b"".join(pages) * copies + footer
+
+
+def bench_extraction(dump: Path, copies: int, work: Path, extractor_python: str | None
+                     ) -> dict:
+    """WikiExtractor 2.75 as the reference ran it vs ours, on `copies` copies of `dump`'s pages.
+
+    Returns {"xml_mb", "bz2_mb": input sizes, "bunzip2": Measurement of decompressing the bz2
+    form in one process (the reference extracts uncompressed XML), side: (Measurement, md5 of
+    its output files)} for the sides "reference", "ours", "ours-bz2" (one process each) and
+    "ours-bz2-all" (every core).
+    """
+    work.mkdir(parents=True)
+    xml = copied_dump(dump, copies)
+    xml_path, bz2_path = work / "dump.xml", work / "dump-multistream.xml.bz2"
+    xml_path.write_bytes(xml)
+    bz2_path.write_bytes(dump_chunks.multistream(xml, 100))
+    date = constants.DUMP_DATE
+    if extractor_python:
+        from cleanup_scripts import wikiextractor_275
+        original = [extractor_python, "-c", _ORIGINAL_FILE_EXTRACTOR, date,
+                    str(wikiextractor_275.installed_script())]
+    else:
+        original = [sys.executable, "-c", _ORIGINAL_EXTRACTOR, date]
+    ours = [sys.executable, "-m", "cleanup_scripts.extract", f"--date={date}"]
+    commands = {
+        "reference": original + [str(xml_path), "-o", "reference", "-q", "--processes", "1"],
+        "ours": ours + [f"--input={xml_path}", "--output_dir=ours", "--processes=1"],
+        "ours-bz2": ours + [f"--input={bz2_path}", "--output_dir=ours-bz2", "--processes=1"],
+        "ours-bz2-all": ours + [f"--input={bz2_path}", "--output_dir=ours-bz2-all",
+                                f"--processes={os.cpu_count()}"]}
+    results: dict = {"xml_mb": len(xml) / 1e6, "bz2_mb": bz2_path.stat().st_size / 1e6}
+    for side, command in commands.items():
+        measured = measure([command], str(work))
+        names = sorted(str(p.relative_to(work / side)) for p in (work / side).rglob("wiki_*"))
+        results[side] = (measured, tree_digest(work / side, names))
+    results["bunzip2"] = measure([[sys.executable, "-c", _BUNZIP2, str(bz2_path)]], str(work))
+    return results
 
 
 def reference_nltk_data(work: Path) -> str:
@@ -216,50 +295,93 @@ def ratio_rows(stage: str, input_mb: float, reference: Measurement, ours: Measur
             f"1/{reference.peak_rss_mb / ours.peak_rss_mb:.1f} |"]
 
 
-def projection_rows(label: str, text_cpu_s_per_mb: float, extracted_mb: float,
+def projection_rows(label: str, extract_hours, text_cpu_s_per_mb: float, extracted_mb: float,
                     part_cpu_s_per_mb: float, part_rss_mb: float, memory_gb: float
                     ) -> list[str]:
     """Projected wall hours for the official dataset on each of PROJECTION_CORES cores.
 
-    Text stages: `extracted_mb` of extracted text at `text_cpu_s_per_mb`, spread over every core.
-    create_pretraining_data: OFFICIAL_PARTS parts of OFFICIAL_PART_MB at `part_cpu_s_per_mb`,
-    one part per core while memory allows (`memory_gb` per core, `part_rss_mb` per part).
+    Extraction: `extract_hours(cores)`. Text stages: `extracted_mb` of extracted text at
+    `text_cpu_s_per_mb`, spread over every core. create_pretraining_data: OFFICIAL_PARTS
+    parts of OFFICIAL_PART_MB at `part_cpu_s_per_mb`, one part per core while memory allows
+    (`memory_gb` per core, `part_rss_mb` per part).
     """
     rows = []
     for cores in PROJECTION_CORES:
+        extract_h = extract_hours(cores)
         text_hours = extracted_mb * text_cpu_s_per_mb / cores / 3600
         parallel = max(1, min(cores, int(memory_gb * cores * 1024 // max(part_rss_mb, 1.0))))
         waves = -(-OFFICIAL_PARTS // parallel)
         part_hours = waves * OFFICIAL_PART_MB * part_cpu_s_per_mb / 3600
-        rows.append(f"| {label} | {cores} | {text_hours:.2f} | {parallel} | "
+        rows.append(f"| {label} | {cores} | {extract_h:.2f} | {text_hours:.2f} | {parallel} | "
                     f"{parallel * part_rss_mb / 1024:.0f} | {part_hours:.2f} | "
-                    f"{text_hours + part_hours:.2f} |")
+                    f"{extract_h + text_hours + part_hours:.2f} |")
     return rows
 
 
-def projection_lines(text: dict, pre: dict, memory_gb_per_core: float) -> list[str]:
-    """Markdown: the whole dataset (text stages, then create_pretraining_data for every part)
-    projected from the measured CPU seconds per MB and peak RSS of both sides."""
+def extraction_hours(extraction: dict) -> dict:
+    """{side: function(cores) -> hours} extracting the official dump, from the measured CPU
+    seconds per MB: ours on the multistream bz2 (decompression included) over every core; the
+    reference decompressing the bz2 in one process, then extracting the XML with its cores - 1
+    extraction processes (its single reading process is not modelled, which favours it)."""
+    sizes = {artifact.path: artifact.size for artifact in checksums.known_artifacts().values()}
+    xml_mb, bz2_mb = sizes[OFFICIAL_DUMP] / 1e6, sizes[OFFICIAL_DUMP + ".bz2"] / 1e6
+    ours_per_mb = extraction["ours-bz2"][0].cpu_s / extraction["xml_mb"]
+    reference_per_mb = extraction["reference"][0].cpu_s / extraction["xml_mb"]
+    bunzip2_h = bz2_mb * extraction["bunzip2"].cpu_s / extraction["bz2_mb"] / 3600
+    return {"ours": lambda cores: xml_mb * ours_per_mb / cores / 3600,
+            "reference": lambda cores: bunzip2_h + xml_mb * reference_per_mb /
+            max(1, cores - 1) / 3600}
+
+
+def projection_lines(extraction: dict, text: dict, pre: dict, memory_gb_per_core: float
+                     ) -> list[str]:
+    """Markdown: the whole `make preprocess DUMP=` of the official dump (extraction, the text
+    stages, then create_pretraining_data for every part) projected from the measured CPU
+    seconds per MB and peak RSS of both sides."""
     extracted_mb = OFFICIAL_PARTS * OFFICIAL_PART_MB * text["input_mb"] / text["parts_mb"]
     large_mb = pre["sizes_mb"][-1]
+    hours = extraction_hours(extraction)
     lines = [
-        f"## Projection: all {OFFICIAL_PARTS} parts of {OFFICIAL_PART_MB:.0f} MB", "",
-        f"Text stages on {extracted_mb / 1000:.1f} GB of extracted text (the measured ratio of "
-        "extracted text to parts), spread over all cores; then create_pretraining_data one part "
-        f"per core while {memory_gb_per_core:.0f} GB per core allows, a part's peak RSS being "
-        "the fixed plus per-MB cost fitted to runs on "
-        f"{pre['sizes_mb'][0]:.1f} and {large_mb:.1f} MB. Extraction (WikiExtractor) is not "
-        "included.", "",
-        "| side | cores | text stages h | parts at once | their memory GB | "
+        f"## Projection: the official dump to all {OFFICIAL_PARTS} parts of "
+        f"{OFFICIAL_PART_MB:.0f} MB", "",
+        f"Extraction of {OFFICIAL_DUMP} (see `extraction_hours`); text stages on "
+        f"{extracted_mb / 1000:.1f} GB of extracted text (the measured ratio of extracted text "
+        "to parts), spread over all cores; then create_pretraining_data one part per core while "
+        f"{memory_gb_per_core:.0f} GB per core allows, a part's peak RSS being the fixed plus "
+        f"per-MB cost fitted to runs on {pre['sizes_mb'][0]:.1f} and {large_mb:.1f} MB.", "",
+        "| side | cores | extract h | text stages h | parts at once | their memory GB | "
         "create_pretraining_data h | total h |",
-        "|---|---:|---:|---:|---:|---:|---:|"]
+        "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for label, text_side in (("reference", "reference"), ("ours", "ours-1")):
         measured = pre[label][0]
         part_rss = project_rss_mb(pre["sizes_mb"], measured, OFFICIAL_PART_MB)
-        lines += projection_rows(f"{label} ({part_rss / 1024:.2f} GB per part)",
+        lines += projection_rows(f"{label} ({part_rss / 1024:.2f} GB per part)", hours[label],
                                  text[text_side][0].cpu_s / text["input_mb"], extracted_mb,
                                  measured[-1].cpu_s / large_mb, part_rss, memory_gb_per_core)
     return lines
+
+
+def extraction_report_lines(extraction: dict, copies: int) -> list[str]:
+    """Markdown for extraction: identity of the outputs, the table, our scaling."""
+    digests = {extraction[side][1] for side in ("reference", "ours", "ours-bz2", "ours-bz2-all")}
+    if len(digests) != 1:
+        raise InputError("extract: our text differs from WikiExtractor 2.75's")
+    xml_mb = extraction["xml_mb"]
+    one, every = extraction["ours-bz2"][0], extraction["ours-bz2-all"][0]
+    return [
+        f"Extraction: text identical on all sides. Input: {copies} copies of the dump's pages, "
+        f"{xml_mb:.1f} MB of XML ({extraction['bz2_mb']:.1f} MB as multistream bz2).", "",
+        "| stage | side | input MB | wall s | CPU s | MB per CPU-s | peak RSS MB |",
+        "|---|---|---:|---:|---:|---:|---:|",
+        *ratio_rows("extract (XML)", xml_mb, extraction["reference"][0],
+                    extraction["ours"][0]),
+        side_row("extract (multistream bz2)", "ours", xml_mb, one),
+        side_row("extract (multistream bz2)", f"ours, {os.cpu_count()} processes", xml_mb,
+                 every),
+        side_row("bunzip2 (the reference's first step)", "reference", xml_mb,
+                 extraction["bunzip2"]), "",
+        f"Scaling of our extraction from 1 to {os.cpu_count()} processes: "
+        f"{one.wall_s / every.wall_s:.2f}x wall.", ""]
 
 
 def text_report_lines(text: dict, copies: int) -> list[str]:
@@ -306,6 +428,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reference_nltk_data", default=None,
                         help="NLTK_DATA for the reference (default: our Punkt tables in "
                              "punkt_tab form, which NLTK 3.10 reads).")
+    parser.add_argument("--dump", default=str(SAMPLE_DUMP),
+                        help="A dump (.xml or .xml.bz2) whose pages the extraction bench uses.")
+    parser.add_argument("--dump_copies", type=int, default=4,
+                        help="Copies of --dump's pages that extraction runs on.")
+    parser.add_argument("--extractor_python", default=None,
+                        help="Run the reference's WikiExtractor.py file under this Python "
+                             "(e.g. a 3.7) instead of through our loader on this one.")
     parser.add_argument("--text_dir", default="build/dataset/text", help="Extracted text.")
     parser.add_argument("--text_copies", type=int, default=8,
                         help="Copies of --text_dir's files that the text stages run on.")
@@ -328,10 +457,12 @@ def main(argv: list[str] | None = None) -> None:
     part = Path(args.part)
     if not args.text_only and not part.is_file():
         raise InputError(f"{part}: no such text part; run make preprocess first")
-    if args.text_copies < 1:
-        raise InputError(f"--text_copies={args.text_copies}: must be at least 1")
+    if args.text_copies < 1 or args.dump_copies < 1:
+        raise InputError("--text_copies and --dump_copies must be at least 1")
     with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
         work = Path(scratch)
+        extraction = bench_extraction(Path(args.dump), args.dump_copies, work / "extract",
+                                      args.extractor_python)
         text = bench_text_stages(reference_dir, Path(args.text_dir), work / "text",
                                  args.num_test_articles, args.block_size,
                                  args.reference_python, args.reference_nltk_data,
@@ -341,10 +472,11 @@ def main(argv: list[str] | None = None) -> None:
     lines = [
         f"# Data pipeline bench, {datetime.date.today()} on {platform.node()} "
         f"({os.cpu_count()} cores, Python {platform.python_version()})", "",
+        *extraction_report_lines(extraction, args.dump_copies),
         *text_report_lines(text, args.text_copies)]
     if pre is not None:
         lines += pretraining_report_lines(pre)
-        lines += projection_lines(text, pre, args.memory_gb_per_core)
+        lines += projection_lines(extraction, text, pre, args.memory_gb_per_core)
     report = "\n".join(lines) + "\n"
     ensure_dir(Path(args.output).parent)
     with atomic_output(args.output) as out:

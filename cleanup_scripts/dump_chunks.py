@@ -20,7 +20,6 @@ from __future__ import annotations
 import bz2
 import io
 import mmap
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -191,6 +190,25 @@ def serial_chunks(lines: Iterator[str], path: Path, target: int,
     yield Chunk(str(path), "text", index, start, max(start, position()), True, "".join(pending))
 
 
-def file_size(path: str | os.PathLike) -> int:
-    """Size in bytes of the file at `path`."""
-    return Path(path).stat().st_size
+# ----------------------------------------------------------------------------------------------
+# Writing dumps (the bench and the tests make multistream dumps from plain XML)
+
+
+def split_pages(xml: bytes) -> tuple[bytes, list[bytes], bytes]:
+    """(header, [page, …], footer) of a dump's XML: the bytes before the first `<page>` line,
+    each page from its `<page>` line to the next, and the `</mediawiki>` line onwards."""
+    starts = [match.start() + 1 for match in _PAGE_LINE.finditer(xml)]
+    if not starts:
+        raise InputError("no <page> lines in the XML")
+    end = xml.rindex(b"\n", 0, xml.rindex(b"</mediawiki>")) + 1
+    cuts = starts + [end]
+    return xml[:starts[0]], [xml[a:b] for a, b in zip(cuts, cuts[1:])], xml[end:]
+
+
+def multistream(xml: bytes, pages_per_stream: int) -> bytes:
+    """`xml` as Wikimedia writes a multistream dump: one bz2 stream for the header, one per
+    `pages_per_stream` pages, one for the closing tag."""
+    header, pages, footer = split_pages(xml)
+    streams = [header] + [b"".join(pages[i:i + pages_per_stream])
+                          for i in range(0, len(pages), pages_per_stream)] + [footer]
+    return b"".join(bz2.compress(stream) for stream in streams)

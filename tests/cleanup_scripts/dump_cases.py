@@ -1,23 +1,16 @@
 """Dumps for the extraction tests, built from the vendored real dump slice.
 
-Plain Python 3.7-compatible code without dependencies: the same functions build the inputs
+Python 3.7-compatible code (as `cleanup_scripts.dump_chunks` is): the same functions build the inputs
 that the original WikiExtractor 2.75 is run on under Python 3.7 to make the reference md5s
 (tests/fixtures/wikiextractor-2.75/make_md5s.py) and the inputs our extraction is tested on.
+Multistream dumps are made with `cleanup_scripts.dump_chunks.multistream`.
 """
 import bz2
 import re
 
-PAGE_LINE = re.compile(rb"\n[ \t]*<page>")
+from cleanup_scripts.dump_chunks import split_pages
+
 PAGE_ID = re.compile(rb"(<page>\s*<title>[^<]*</title>\s*<ns>[^<]*</ns>\s*<id>)(\d+)(</id>)")
-
-
-def split_dump(xml):
-    """(header, [page, ...], footer): the bytes before the first page line, each page from its
-    `<page>` line to the next, and the closing `</mediawiki>` line onwards."""
-    starts = [match.start() + 1 for match in PAGE_LINE.finditer(xml)]
-    end = xml.rindex(b"\n", 0, xml.rindex(b"</mediawiki>")) + 1
-    cuts = starts + [end]
-    return xml[:starts[0]], [xml[a:b] for a, b in zip(cuts, cuts[1:])], xml[end:]
 
 
 def _renumbered(page, offset):
@@ -30,7 +23,7 @@ def many_pages(xml, copies):
     twice in a row in the first copy (WikiExtractor keeps only the first of two consecutive
     pages with one id), and one article of the first articles' text joined (1 MB of wikitext,
     larger than a 200K output file)."""
-    header, pages, footer = split_dump(xml)
+    header, pages, footer = split_pages(xml)
     out = [header]
     for copy in range(copies):
         for page in pages:
@@ -49,15 +42,6 @@ def many_pages(xml, copies):
                b"</text>\n    </revision>\n  </page>\n")
     out.append(footer)
     return b"".join(out)
-
-
-def multistream(xml, pages_per_stream):
-    """`xml` as Wikimedia writes a multistream dump: a bz2 stream for the header, one per
-    `pages_per_stream` pages, and one for the closing tag."""
-    header, pages, footer = split_dump(xml)
-    streams = [header] + [b"".join(pages[i:i + pages_per_stream])
-                          for i in range(0, len(pages), pages_per_stream)] + [footer]
-    return b"".join(bz2.compress(stream) for stream in streams)
 
 
 def blockwise_bz2(xml, block):

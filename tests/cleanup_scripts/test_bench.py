@@ -11,12 +11,28 @@ from cleanup_scripts.fileio import InputError
 def test_projection_is_limited_by_memory_per_core():
     # 2,600 MB per part with 4 GB per core: 32 cores hold 50 parts' worth, so all 32 run;
     # 20 GB per part: only 6 at once on 32 cores.
-    rows = bench.projection_rows("x", text_cpu_s_per_mb=0.0, extracted_mb=0.0,
-                                 part_cpu_s_per_mb=10.0, part_rss_mb=20_480.0, memory_gb=4.0)
+    rows = bench.projection_rows("x", lambda cores: 0.0, text_cpu_s_per_mb=0.0,
+                                 extracted_mb=0.0, part_cpu_s_per_mb=10.0,
+                                 part_rss_mb=20_480.0, memory_gb=4.0)
     cells = rows[0].strip("|").split("|")
-    assert [c.strip() for c in cells[:5]] == ["x", "32", "0.00", "6", "120"]
+    assert [c.strip() for c in cells[:6]] == ["x", "32", "0.00", "0.00", "6", "120"]
     waves = -(-bench.OFFICIAL_PARTS // 6)
-    assert float(cells[5]) == pytest.approx(waves * bench.OFFICIAL_PART_MB * 10.0 / 3600, abs=0.01)
+    assert float(cells[6]) == pytest.approx(waves * bench.OFFICIAL_PART_MB * 10.0 / 3600, abs=0.01)
+
+
+EXTRACTION = {"xml_mb": 10.0, "bz2_mb": 2.5, "bunzip2": Measurement(1, 0.25, 10),
+              "reference": (Measurement(40, 40.0, 30), ""), "ours": (Measurement(4, 4.0, 90), ""),
+              "ours-bz2": (Measurement(5, 5.0, 90), ""),
+              "ours-bz2-all": (Measurement(3, 5.5, 90), "")}
+
+
+def test_extraction_projection_uses_the_official_dump_sizes():
+    hours = bench.extraction_hours(EXTRACTION)
+    xml_mb, bz2_mb = 75_163.254305, 17_751.214669  # checksums/sizes.tsv
+    assert hours["ours"](64) == pytest.approx(xml_mb * 0.5 / 64 / 3600)
+    # The reference: bunzip2 on one core (0.1 CPU-s per compressed MB), then 4 CPU-s per MB
+    # over its 63 extraction processes.
+    assert hours["reference"](64) == pytest.approx(bz2_mb * 0.1 / 3600 + xml_mb * 4.0 / 63 / 3600)
 
 
 def test_projection_adds_text_stages_spread_over_all_cores():
@@ -25,12 +41,15 @@ def test_projection_adds_text_stages_spread_over_all_cores():
     pre = {"sizes_mb": [10.0, 20.0],
            "reference": ([Measurement(20, 20.0, 1000), Measurement(40, 40.0, 1800)], ""),
            "ours": ([Measurement(2, 2.0, 80), Measurement(4, 4.0, 90)], "")}
-    lines = bench.projection_lines(text, pre, memory_gb_per_core=4.0)
+    lines = bench.projection_lines(EXTRACTION, text, pre, memory_gb_per_core=4.0)
     ours_32 = next(line for line in lines if line.startswith("| ours") and "| 32 |" in line)
     cells = [c.strip() for c in ours_32.strip("|").split("|")]
     extracted_mb = bench.OFFICIAL_PARTS * bench.OFFICIAL_PART_MB * 1.5
-    assert float(cells[2]) == pytest.approx(extracted_mb * (1.0 / 30.0) / 32 / 3600, abs=0.01)
-    assert float(cells[6]) == pytest.approx(float(cells[2]) + float(cells[5]), abs=0.011)
+    assert float(cells[2]) == pytest.approx(bench.extraction_hours(EXTRACTION)["ours"](32),
+                                            abs=0.01)
+    assert float(cells[3]) == pytest.approx(extracted_mb * (1.0 / 30.0) / 32 / 3600, abs=0.01)
+    assert float(cells[7]) == pytest.approx(float(cells[2]) + float(cells[3]) + float(cells[6]),
+                                            abs=0.011)
     # The reference's part: 1,800 MB at 20 MB plus 80 MB per MB more: 2,360 MB.
     assert "reference (2.30 GB per part)" in "\n".join(lines)
 
@@ -49,3 +68,14 @@ def test_text_tree_is_copied_under_distinct_names(tmp_path):
 def test_missing_reference_folder_is_one_line_error(tmp_path):
     with pytest.raises(InputError, match="no create_pretraining_data.py"):
         bench.main([f"--reference_dir={tmp_path}", "--text_only"])
+
+
+def test_extraction_bench_runs_the_original_beside_ours_with_identical_text(tmp_path):
+    """The original WikiExtractor 2.75 (its own main and process_dump) and ours, measured."""
+    result = bench.bench_extraction(bench.SAMPLE_DUMP, 1, tmp_path / "extract", None)
+    sides = ("reference", "ours", "ours-bz2", "ours-bz2-all")
+    assert len({result[side][1] for side in sides}) == 1
+    assert all(result[side][0].cpu_s > 0 for side in sides)
+    assert result["xml_mb"] == pytest.approx(6.09, abs=0.01)
+    lines = bench.extraction_report_lines(result, 1)
+    assert lines[0].startswith("Extraction: text identical on all sides.")

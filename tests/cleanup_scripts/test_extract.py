@@ -66,7 +66,7 @@ def test_many_pages_identical_to_the_original_in_every_dump_form(many_pages, tmp
     """43 files, a page larger than a file, pages repeated in a row, read as plain XML in byte ranges,
     as a multistream bz2 by its streams, as bz2 streams that split pages (read serially), and
     as one bz2 or gzip stream (read serially); 3 workers, small chunks."""
-    data = {"xml": many_pages, "multistream": dump_cases.multistream(many_pages, 7),
+    data = {"xml": many_pages, "multistream": dump_chunks.multistream(many_pages, 7),
             "blockwise": dump_cases.blockwise_bz2(many_pages, 300000),
             "bz2": bz2.compress(many_pages), "gz": gzip.compress(many_pages, mtime=0)}[form]
     suffix = {"xml": ".xml", "gz": ".xml.gz"}.get(form, ".xml.bz2")
@@ -84,7 +84,7 @@ def test_many_pages_identical_to_the_original_in_every_dump_form(many_pages, tmp
 @pytest.mark.slow
 def test_over_a_hundred_files_fill_the_next_folder_as_in_the_original(sample_xml, tmp_path):
     dump = tmp_path / "folders.xml.bz2"
-    dump.write_bytes(dump_cases.multistream(dump_cases.many_pages(sample_xml, copies=8), 20))
+    dump.write_bytes(dump_chunks.multistream(dump_cases.many_pages(sample_xml, copies=8), 20))
     extract.extract_dump(dump, tmp_path / "text", file_size="200K", processes=2)
     expected = reference_md5s("folders")
     assert len(expected) == 113 and "AB/wiki_12" in expected
@@ -102,7 +102,7 @@ def test_chunks_of_the_many_pages_dump_split_repeated_pages(many_pages, tmp_path
     before = [dump_cases.PAGE_ID.findall(many_pages[:chunk.start])[-1] for chunk in chunks[1:]]
     assert any(found.group(2) == last[1] for found, last in zip(ids, before))
     streams = tmp_path / "many.xml.bz2"
-    streams.write_bytes(dump_cases.multistream(many_pages, 7))
+    streams.write_bytes(dump_chunks.multistream(many_pages, 7))
     assert len(dump_chunks.plan(streams, 400000, lambda f, a: [f(*x) for x in a])) > 5
 
 
