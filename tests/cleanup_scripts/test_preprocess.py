@@ -360,7 +360,7 @@ def preprocess_on_a_full_disk(output: Path, limit: int, *flags: str
 
 @pytest.mark.parametrize("limit, failing, redone", [
     (500_000, "text/AA/wiki_00", STAGES),
-    (1_100_000, "results/part-00001-of-00500", {"gather", "tfrecords", "eval_10k", "manifest"}),
+    (1_050_000, "results/part-00001-of-00500", {"gather", "tfrecords", "eval_10k", "manifest"}),
     (12_000_000, "tfrecords/part-0000[01]-of-00500", {"tfrecords", "eval_10k", "manifest"}),
     (23_000_000, "tfrecords/eval_10k", {"eval_10k", "manifest"}),
 ], ids=["extract", "gather", "tfrecords", "eval_10k"])
@@ -386,7 +386,7 @@ def test_repair_stopped_by_a_full_disk_is_finished_by_the_next_run(first_run, tm
     output = tmp_path / "dataset"
     shutil.copytree(first_run, output)
     (output / "results" / "part-00000-of-00500").unlink()
-    full = preprocess_on_a_full_disk(output, 1_100_000)
+    full = preprocess_on_a_full_disk(output, 1_050_000)
     assert full.stderr.strip().splitlines()[-1] == (
         f"error: {output}/results/part-00001-of-00500{DISK_FULL}")
     again = preprocess(output, "--nworker=2")
