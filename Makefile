@@ -4,7 +4,9 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 
 # make preprocess: inputs default to the embedded Wikipedia slice and the vendored vocab.
+# RESULTS: the official results/ text (make download ARTIFACTS=results) instead of a dump.
 DUMP     ?=
+RESULTS  ?=
 OUT      ?= build/dataset
 NWORKER  ?= 0
 PREPROCESS_ARGS ?=
@@ -57,7 +59,8 @@ test-all:
 
 preprocess:
 	$(PY) -m cleanup_scripts.preprocess --output_dir=$(OUT) --nworker=$(NWORKER) \
-		$(if $(DUMP),--dump=$(DUMP)) $(PREPROCESS_ARGS)
+		$(if $(DUMP),--dump=$(DUMP)) $(if $(RESULTS),--results_text=$(RESULTS)) \
+		$(PREPROCESS_ARGS)
 
 download:
 	$(PY) -m cleanup_scripts.download --output_dir=$(DIR) --artifacts=$(ARTIFACTS) \

@@ -1,6 +1,7 @@
 """`make preprocess`: a Wikipedia dump to the MLPerf BERT dataset, in one resumable command.
 
     python -m cleanup_scripts.preprocess --output_dir=build/dataset [--dump=PATH_OR_URL]
+    python -m cleanup_scripts.preprocess --output_dir=build/dataset --results_text=DIR
 
 Stages, in order (each ends with a summary line; see cleanup_scripts.layout for the tree):
 fetch (download and md5-verify the dump when it is a URL or an official file), extract
@@ -9,13 +10,25 @@ segment (Punkt as NLTK 3.4.5), separate (eval articles), gather (parts), tfrecor
 (create_pretraining_data per part and for eval.txt), eval_10k (pick_eval_samples) and manifest.
 
 Without --dump it runs on the Wikipedia slice shipped in the repository with small-input
-defaults (20 test articles, 1.5 MiB parts); with --dump the benchmark's values apply. A finished
-stage records its parameters under .state/, and every finished output its size, mtime and md5
-(cleanup_scripts.ledger). A re-run with the same parameters skips a stage whose outputs still
-match; it redoes only the outputs that are missing or changed (a part deleted or truncated
-since), and a stage killed midway keeps the outputs it finished (clean, segment and tfrecords
-work file by file). A stage whose parameters (or an earlier stage's) changed runs again from
-scratch with everything after it.
+defaults (20 test articles, 1.5 MiB parts); with --dump the benchmark's values apply.
+
+--results_text=DIR starts from the official preprocessed text instead (what `make download
+ARTIFACTS=results` puts in DIR: part-XXXXX-of-00500, eval.txt, eval.md5): the stage
+import_results replaces extract to gather. It checks the DIR files that `checksums/` has an
+official md5 for, then hard-links every part, eval.txt and eval.md5 into OUT/results (copies them
+where a link cannot be made, e.g. across file systems), and tfrecords, eval_10k and manifest
+follow with the benchmark's values. That route is bit-exact with the official TFRecords. The
+links are the very files of DIR: nothing here writes into them in place. Switching one output
+directory between the two routes removes the other route's outputs (text/, work/, results/) and
+redoes every later stage. A DIR file changed, added or removed since it was imported makes
+import_results and every later stage run again.
+
+A finished stage records its parameters under .state/, and every finished output its size,
+mtime and md5 (cleanup_scripts.ledger). A re-run with the same parameters skips a stage whose
+outputs still match; it redoes only the outputs that are missing or changed (a part deleted or
+truncated since), and a stage killed midway keeps the outputs it finished (clean, segment,
+import_results and tfrecords work file by file). A stage whose parameters (or an earlier
+stage's) changed runs again from scratch with everything after it.
 
 Every flag is range-checked before the first stage. One run at a time writes into an output
 directory: a run holds the lock `.state/lock` (released by the OS however the run ends), and a
@@ -28,6 +41,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -45,9 +59,9 @@ from cleanup_scripts.cleanup_file import stripped_bytes
 from cleanup_scripts.do_gather import GatherSource, gather
 from cleanup_scripts.do_sentence_segmentation import segment_file
 from cleanup_scripts.fileio import (DiskFullError, InputError, atomic_output, disk_full,
-                                    ensure_dir, exclusive_lock)
+                                    ensure_dir, exclusive_lock, temporary_name)
 from cleanup_scripts.layout import DatasetLayout
-from cleanup_scripts.ledger import OutputLedger
+from cleanup_scripts.ledger import Entry, OutputLedger
 from cleanup_scripts.runner import (StageSummary, map_in_workers, report, total_bytes,
                                     worker_count)
 from cleanup_scripts.seperate_test_set import separate_files
@@ -77,10 +91,12 @@ class Options:
     random_seed: int
     num_eval_examples: int
     nworker: int
+    results_text: str = ""  # the official results/ text folder; "" builds from `dump`
     verify_outputs: bool = False
 
 
 StageBody = Callable[[DatasetLayout, Options, OutputLedger], StageSummary]
+SourceCheck = Callable[[DatasetLayout, Options, OutputLedger], list[str]]
 
 
 @dataclass
@@ -93,6 +109,9 @@ class Stage:
     without one always redoes all its outputs. `outputs(layout)`, where the earlier stages'
     outputs decide them, lists the outputs the stage must have finished: one its ledger lacks
     is redone like a damaged one (else only the recorded outputs are checked).
+    `sources_changed(layout, options, ledger)`, for a stage that reads files outside the output
+    directory, names those changed since its outputs were recorded: a finished stage with any
+    then runs afresh, with every stage after it.
     """
 
     name: str
@@ -100,6 +119,7 @@ class Stage:
     params: tuple[str, ...]
     output_dir: Callable[[DatasetLayout], Path] | None = None
     outputs: Callable[[DatasetLayout], list[Path]] | None = None
+    sources_changed: SourceCheck | None = None
 
 
 # ---- stage bodies -------------------------------------------------------------------------------
@@ -249,6 +269,206 @@ def run_gather(layout: DatasetLayout, options: Options, ledger: OutputLedger) ->
                         total_bytes(s.text_path for s in sources), started)
 
 
+# ---- from the official results/ text (--results_text) ------------------------------------------
+
+_PART_NAME = re.compile(r"part-\d+-of-\d+")
+_EVAL_FILES = ("eval.txt", "eval.md5")  # eval.md5 is taken when DIR has it; eval.txt must be
+
+
+def results_text_names(source_dir: Path) -> list[str]:
+    """The files of an official results/ folder to import: eval.txt, eval.md5 (when present)
+    and every part-N-of-M, sorted. InputError naming `source_dir` and what it lacks."""
+    if not source_dir.is_dir():
+        raise InputError(f"{source_dir}: results text directory does not exist" if not
+                         source_dir.exists() else f"{source_dir}: is not a directory")
+    names = sorted(path.name for path in source_dir.iterdir() if path.is_file() and (
+        _PART_NAME.fullmatch(path.name) or path.name in _EVAL_FILES))
+    missing = [what for what, present in (
+        ("no part-*-of-* files", any(_PART_NAME.fullmatch(name) for name in names)),
+        ("no eval.txt", "eval.txt" in names)) if not present]
+    if missing:
+        raise InputError(f"{source_dir}: {' and '.join(missing)}; expected the official "
+                         f"results/ text (make download ARTIFACTS=results)")
+    return names
+
+
+def imports_in_place(layout: DatasetLayout, options: Options) -> bool:
+    """Whether --results_text is OUT/results itself (`make download DIR=D` then `make
+    preprocess RESULTS=D/results OUT=D`): its files are then used where they are, and nothing
+    of that folder is ever removed."""
+    return bool(options.results_text) and \
+        os.path.realpath(options.results_text) == os.path.realpath(layout.results_dir)
+
+
+def check_results_text_place(layout: DatasetLayout, options: Options) -> None:
+    """InputError if --results_text is the output directory or inside it, other than
+    OUT/results itself: the pipeline may remove what it writes there."""
+    source, root = Path(os.path.realpath(options.results_text)), Path(
+        os.path.realpath(layout.root))
+    if (source == root or root in source.parents) and not imports_in_place(layout, options):
+        raise InputError(f"{options.results_text}: inside the output directory {layout.root}; "
+                         f"give a folder outside it, or {layout.results_dir} itself")
+
+
+def official_results_md5s() -> dict[str, str]:
+    """{file name in results/: official md5} of the results/ files `checksums/` knows."""
+    return {Path(artifact.path).name: artifact.md5
+            for artifact in checksums.known_artifacts().values()
+            if artifact.path.startswith("results/") and artifact.md5 is not None}
+
+
+@dataclass(frozen=True)
+class ImportJob:
+    """A DIR file to place in OUT/results, with its official md5 if `checksums/` has one."""
+
+    source: str
+    target: str
+    official_md5: str | None
+
+
+# md5s of DIR files this process hashed, by (path, device, inode, size, mtime_ns): a file is
+# hashed once per run however many checks read it.
+_SOURCE_MD5S: dict[tuple, str] = {}
+
+
+def _stat_key(path: str | os.PathLike) -> tuple:
+    stat = os.stat(path)
+    return str(path), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+def _md5_job(path: str) -> str:
+    return verify.md5_file(path, progress=False)
+
+
+def source_md5s(paths: list[str], nworker: int) -> dict[str, str]:
+    """{path: md5} of DIR files, those not hashed yet by this process hashed in parallel."""
+    keys = {path: _stat_key(path) for path in paths}
+    todo = [path for path, key in keys.items() if key not in _SOURCE_MD5S]
+    for path, md5 in zip(todo, map_in_workers(_md5_job, todo, nworker,
+                                              desc="import_results md5")):
+        _SOURCE_MD5S[keys[path]] = md5
+    return {path: _SOURCE_MD5S[key] for path, key in keys.items()}
+
+
+def _same_source(source: Path, entry: Entry | None) -> bool:
+    """Whether `source` still is the file whose copy `entry` recorded: same size and mtime,
+    or, the mtime changed, same md5."""
+    if entry is None:
+        return False
+    try:
+        stat = source.stat()
+    except FileNotFoundError:
+        return False
+    if stat.st_size != entry.size:
+        return False
+    return stat.st_mtime_ns == entry.mtime_ns or \
+        source_md5s([str(source)], 1)[str(source)] == entry.md5
+
+
+def import_jobs(layout: DatasetLayout, options: Options, ledger: OutputLedger,
+                entries: dict[str, Entry]) -> list[ImportJob]:
+    """The files of --results_text not yet in OUT/results as `entries` recorded them, those
+    with an official md5 first."""
+    source_dir = Path(options.results_text)
+    official = official_results_md5s()
+    jobs = []
+    for name in results_text_names(source_dir):
+        source, target = source_dir / name, layout.results_dir / name
+        if not (ledger.intact(target, entries, options.verify_outputs)
+                and _same_source(source, entries.get(ledger.name(target)))):
+            jobs.append(ImportJob(str(source), str(target), official.get(name)))
+    return sorted(jobs, key=lambda job: job.official_md5 is None)
+
+
+def check_official_md5s(jobs: list[ImportJob], nworker: int) -> None:
+    """InputError naming the first job's file whose md5 is not its official one."""
+    official = [job for job in jobs if job.official_md5 is not None]
+    actual = source_md5s([job.source for job in official], nworker)
+    for job in official:
+        if actual[job.source] != job.official_md5:
+            raise InputError(f"{job.source}: md5 {actual[job.source]} is not the official "
+                             f"{job.official_md5} (checksums/results.md5)")
+
+
+@dataclass(frozen=True)
+class _PlaceOne:
+    """Hard-link (or, where that fails, copy) a job's source to its target, atomically, and
+    record the target; returns True when it had to copy. A target that already is the source
+    (imported in place, or linked by a run killed before it recorded it) is only recorded."""
+
+    ledger: OutputLedger
+
+    def __call__(self, job: ImportJob) -> bool:
+        temporary = temporary_name(job.target)
+        temporary.unlink(missing_ok=True)
+        copied = False
+        try:
+            if os.path.exists(job.target) and os.path.samefile(job.source, job.target):
+                self.ledger.record(job.target)
+                return False
+            try:
+                os.link(job.source, temporary)
+            except OSError as err:
+                if disk_full(job.target, err) is not None:
+                    raise
+                copied = True
+                shutil.copy2(job.source, temporary)
+            os.replace(temporary, job.target)
+        except OSError as err:
+            temporary.unlink(missing_ok=True)
+            full = disk_full(job.target, err)
+            if full is not None:
+                raise full from err
+            raise InputError(f"{job.source}: cannot place it as {job.target} "
+                             f"({err.strerror})") from err
+        self.ledger.record(job.target)
+        return copied
+
+
+def run_import_results(layout: DatasetLayout, options: Options, ledger: OutputLedger
+                       ) -> StageSummary:
+    """Place the official text of --results_text in OUT/results, skipping files in place."""
+    started = time.time()
+    ensure_dir(layout.results_dir)
+    wanted = set(results_text_names(Path(options.results_text)))
+    if not imports_in_place(layout, options):  # then OUT/results holds only what this puts
+        for stray in layout.results_dir.iterdir():  # a file DIR lost while a run was killed
+            if stray.is_file() and not stray.name.startswith(".") and stray.name not in wanted:
+                stray.unlink()
+    jobs = import_jobs(layout, options, ledger, ledger.entries())
+    if len(jobs) < len(wanted):
+        logging.info("import_results: %d of %d files already in place, kept",
+                     len(wanted) - len(jobs), len(wanted))
+    check_official_md5s(jobs, options.nworker)
+    copied = map_in_workers(_PlaceOne(ledger), jobs, options.nworker, desc="import_results")
+    if any(copied):
+        logging.warning("import_results: %d of %d files copied, not hard-linked (%s is on "
+                        "another file system or refuses links)", sum(copied), len(jobs),
+                        options.results_text)
+    parts = sum(1 for job in jobs if _PART_NAME.fullmatch(Path(job.source).name))
+    return StageSummary("import_results", len(jobs), parts,
+                        total_bytes(job.source for job in jobs), started)
+
+
+def results_text_changed(layout: DatasetLayout, options: Options, ledger: OutputLedger
+                         ) -> list[str]:
+    """The files of --results_text added, removed or changed since they were imported (none
+    when the folder is gone: the imported files stand)."""
+    source_dir = Path(options.results_text)
+    if not source_dir.is_dir():
+        return []
+    try:
+        names = set(results_text_names(source_dir))
+    except InputError:
+        names = set()
+    entries = ledger.entries()
+    recorded = {Path(name).name: entry for name, entry in entries.items()}
+    changed = sorted(set(recorded) ^ names)
+    changed += [name for name in sorted(names & set(recorded))
+                if not _same_source(source_dir / name, recorded[name])]
+    return changed
+
+
 def _pretraining_job(job: tuple[str, str, Options]) -> int:
     text_path, record_path, options = job
     return pretraining.write_pretraining_data(
@@ -302,6 +522,16 @@ def run_manifest(layout: DatasetLayout, options: Options, ledger: OutputLedger
 _PRETRAINING_PARAMS = ("vocab_file", "do_lower_case", "max_seq_length", "max_predictions_per_seq",
                        "masked_lm_prob", "short_seq_prob", "dupe_factor", "random_seed")
 
+_LATER_STAGES = (
+    Stage("tfrecords", run_tfrecords, _PRETRAINING_PARAMS,
+          output_dir=lambda layout: layout.tfrecord_dir,
+          outputs=lambda layout: [target for _, target in layout.tfrecord_sources()]),
+    Stage("eval_10k", run_eval_10k, ("num_eval_examples",),
+          outputs=lambda layout: [layout.tfrecord_dir / "eval_10k"]),
+    Stage("manifest", run_manifest, (), outputs=lambda layout: [layout.manifest]),
+)
+
+# From a Wikipedia dump (the default route).
 STAGES = (
     Stage("extract", run_extract, ("dump", "date")),
     Stage("clean", _per_file_stage("clean", _clean_one, None, "cleaned"), (),
@@ -314,13 +544,27 @@ STAGES = (
           outputs=lambda layout: layout.mirrors("train") + [
               layout.results_dir / "eval.txt", layout.results_dir / "eval.md5"]),
     Stage("gather", run_gather, ("block_size",)),
-    Stage("tfrecords", run_tfrecords, _PRETRAINING_PARAMS,
-          output_dir=lambda layout: layout.tfrecord_dir,
-          outputs=lambda layout: [target for _, target in layout.tfrecord_sources()]),
-    Stage("eval_10k", run_eval_10k, ("num_eval_examples",),
-          outputs=lambda layout: [layout.tfrecord_dir / "eval_10k"]),
-    Stage("manifest", run_manifest, (), outputs=lambda layout: [layout.manifest]),
+    *_LATER_STAGES,
 )
+
+# From the official results/ text (--results_text).
+RESULTS_STAGES = (
+    Stage("import_results", run_import_results, ("results_text",),
+          output_dir=lambda layout: layout.results_dir, sources_changed=results_text_changed),
+    *_LATER_STAGES,
+)
+
+
+def route(options: Options) -> tuple[Stage, ...]:
+    """The stages that `options` run: RESULTS_STAGES with --results_text, else STAGES."""
+    return RESULTS_STAGES if options.results_text else STAGES
+
+
+def route_dirs(layout: DatasetLayout, stages: tuple[Stage, ...]) -> list[Path]:
+    """The folders only the first stages of route `stages` write (before tfrecords)."""
+    if stages is RESULTS_STAGES:
+        return [layout.results_dir]
+    return [layout.text_dir, layout.root / "work", layout.results_dir]
 
 
 # ---- resumption ---------------------------------------------------------------------------------
@@ -329,7 +573,7 @@ def stage_keys(options: Options) -> dict[str, str]:
     """A key per stage that changes when its parameters or any earlier stage's change."""
     keys, previous = {}, ""
     values = asdict(options)
-    for stage in STAGES:
+    for stage in route(options):
         payload = json.dumps({"previous": previous, "stage": stage.name,
                               "params": {name: values[name] for name in stage.params}},
                              sort_keys=True)
@@ -352,15 +596,64 @@ def _markers(layout: DatasetLayout, stage: Stage) -> tuple[Path, Path]:
     return finished, finished.with_name(stage.name + ".started")
 
 
+def _ledger(layout: DatasetLayout, stage: Stage) -> OutputLedger:
+    return OutputLedger(layout.state_dir / f"{stage.name}.outputs", layout.root)
+
+
 def _holds(marker: Path, key: str) -> bool:
     return marker.is_file() and marker.read_text() == key
 
 
-def _forget_after(layout: DatasetLayout, index: int) -> None:
-    """Make every stage after STAGES[index] look never run (markers removed)."""
-    for stage in STAGES[index + 1:]:
+def _forget_after(layout: DatasetLayout, stages: tuple[Stage, ...], index: int) -> None:
+    """Make every stage after stages[index] look never run (markers removed)."""
+    for stage in stages[index + 1:]:
         for marker in _markers(layout, stage):
             marker.unlink(missing_ok=True)
+
+
+def _remove_tree(folder: Path, layout: DatasetLayout, options: Options) -> None:
+    """Remove `folder`, unless it is the --results_text folder (imported in place)."""
+    if not (folder == layout.results_dir and imports_in_place(layout, options)):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def leave_other_route(layout: DatasetLayout, options: Options, stages: tuple[Stage, ...]
+                      ) -> None:
+    """If the output directory holds the work of the other route (a dump's text/, work/ and
+    results/, or linked official text), remove it and its records, and the manifest: the two
+    never mix. Outputs go first, so a run killed midway does this again. Official text
+    imported in place is never removed: a build from a dump there is an InputError."""
+    other = RESULTS_STAGES if stages is STAGES else STAGES
+    names = {stage.name for stage in stages}
+    source = _results_source(layout)
+    state = [path for stage in other if stage.name not in names
+             for path in (*_markers(layout, stage), _ledger(layout, stage).path)]
+    state += [source] if other is RESULTS_STAGES else []
+    if not any(path.exists() for path in state):
+        return
+    if other is RESULTS_STAGES and source.is_file() and os.path.realpath(
+            source.read_text()) == os.path.realpath(layout.results_dir):
+        raise InputError(f"{layout.results_dir}: holds the official text, used in place by "
+                         f"--results_text; a build from a dump would overwrite it: give another "
+                         f"--output_dir")
+    logging.warning("%s: holds the outputs of the %s; removing them (%s) for the %s",
+                    layout.root, _route_name(other), ", ".join(
+                        str(path.relative_to(layout.root)) for path in route_dirs(layout, other)),
+                    _route_name(stages))
+    for folder in route_dirs(layout, other):
+        _remove_tree(folder, layout, options)
+    layout.manifest.unlink(missing_ok=True)
+    for path in state:
+        path.unlink(missing_ok=True)
+
+
+def _results_source(layout: DatasetLayout) -> Path:
+    """Where a run from --results_text notes the folder, before its first stage."""
+    return layout.state_dir / "import_results.source"
+
+
+def _route_name(stages: tuple[Stage, ...]) -> str:
+    return "route from --results_text" if stages is RESULTS_STAGES else "route from a dump"
 
 
 def check_options(options: Options) -> None:
@@ -402,6 +695,8 @@ def run_pipeline(output_dir: str, options: Options) -> None:
     scratch, with every later stage.
     """
     check_options(options)
+    if options.results_text and not os.path.isdir(os.path.join(output_dir, ".state")):
+        results_text_names(Path(options.results_text))  # a new OUT: not made for a bad DIR
     layout = DatasetLayout(ensure_dir(output_dir))
     ensure_dir(layout.state_dir)
     with exclusive_lock(layout.state_dir / "lock", layout.root, "preprocess"):
@@ -413,17 +708,52 @@ def run_pipeline(output_dir: str, options: Options) -> None:
             raise
 
 
+def check_inputs(layout: DatasetLayout, options: Options, stages: tuple[Stage, ...],
+                 keys: dict[str, str]) -> None:
+    """Check the inputs the first stage will read, unless it is finished with these
+    parameters: a local dump exists; --results_text holds parts and eval.txt, each file with
+    an official md5 has it (those already imported intact are not hashed again)."""
+    first = stages[0]
+    finished, started = _markers(layout, first)
+    ledger = _ledger(layout, first)
+    if options.results_text:
+        check_results_text_place(layout, options)
+        if _holds(finished, keys[first.name]) and not first.sources_changed(
+                layout, options, ledger):
+            return
+        entries = ledger.entries() if _holds(started, keys[first.name]) else {}
+        check_official_md5s(import_jobs(layout, options, ledger, entries), options.nworker)
+        return
+    dump = local_dump(options.dump)
+    if dump is not None and not _holds(finished, keys[first.name]):
+        check_local_dump(dump)
+
+
 def _run_stages(layout: DatasetLayout, options: Options) -> None:
     """The body of `run_pipeline`, once it holds the lock."""
+    stages = route(options)
     keys = stage_keys(options)
-    dump = local_dump(options.dump)
-    if dump is not None and not _holds(_markers(layout, STAGES[0])[0], keys[STAGES[0].name]):
-        check_local_dump(dump)
-    for index, stage in enumerate(STAGES):
+    check_inputs(layout, options, stages, keys)
+    leave_other_route(layout, options, stages)
+    source = os.path.realpath(options.results_text) if options.results_text else None
+    if source and not (_results_source(layout).is_file()
+                       and _results_source(layout).read_text() == source):
+        with atomic_output(_results_source(layout)) as out:
+            out.write(source)
+    for index, stage in enumerate(stages):
         key = keys[stage.name]
         finished, started = _markers(layout, stage)
-        ledger = OutputLedger(layout.state_dir / f"{stage.name}.outputs", layout.root)
+        ledger = _ledger(layout, stage)
         repairing = _holds(finished, key)
+        if repairing and stage.sources_changed is not None:
+            changed = stage.sources_changed(layout, options, ledger)
+            if changed:
+                logging.warning("%s: %d input(s) added, removed or changed since it finished "
+                                "(first: %s); running it again with every stage after it",
+                                stage.name, len(changed), changed[0])
+                finished.unlink()
+                started.unlink(missing_ok=True)
+                repairing = False
         recorded = ledger.entries() if repairing else {}
         if repairing:
             required = stage.outputs(layout) if stage.outputs is not None else []
@@ -437,8 +767,8 @@ def _run_stages(layout: DatasetLayout, options: Options) -> None:
             if not _holds(started, key):
                 ledger.reset()
                 if stage.output_dir is not None:
-                    shutil.rmtree(stage.output_dir(layout), ignore_errors=True)
-            _forget_after(layout, index)
+                    _remove_tree(stage.output_dir(layout), layout, options)
+            _forget_after(layout, stages, index)
             layout.manifest.unlink(missing_ok=True)
         with atomic_output(started) as out:
             out.write(key)
@@ -451,7 +781,7 @@ def _run_stages(layout: DatasetLayout, options: Options) -> None:
         if any(redone.get(name, entry).md5 != entry.md5 for name, entry in recorded.items()):
             logging.warning("%s: redone outputs differ from the recorded ones; the stages after "
                             "it run again", stage.name)
-            _forget_after(layout, index)
+            _forget_after(layout, stages, index)
         with atomic_output(finished) as out:
             out.write(key)
         started.unlink()
@@ -463,6 +793,10 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("output_dir", "build/dataset", "Directory for every output.")
 flags.DEFINE_string("dump", None, "Wikipedia XML dump (.bz2 or .xml), local path or URL. "
                     "Default: the slice shipped in the repository.")
+flags.DEFINE_string("results_text", None, "Folder of the official preprocessed text "
+                    "(part-XXXXX-of-00500, eval.txt, eval.md5; `make download "
+                    "ARTIFACTS=results`): build the TFRecords from it instead of a dump, "
+                    "bit-exact with the official ones. Excludes --dump.")
 flags.DEFINE_string("vocab_file", str(VOCAB_FILE), "WordPiece vocabulary.")
 flags.DEFINE_bool("do_lower_case", True, "Lower-case the text before WordPiece.")
 flags.DEFINE_string("date", constants.DUMP_DATE, "Date that time magic words expand to.")
@@ -486,11 +820,31 @@ flags.DEFINE_bool("verify_outputs", False, "Hash every finished output before sk
                   "(default: hash only those whose size or mtime changed since they were made).")
 
 
+# Flags that only the route from a dump reads.
+_DUMP_FLAGS = ("date", "num_test_articles", "seed", "block_size")
+
+
 def options_from_flags() -> Options:
-    """Options from the command line, with the sample's defaults when no dump is given."""
-    sample = FLAGS.dump is None
+    """Options from the command line, with the sample's defaults when no dump is given.
+
+    With --results_text the dump's flags do not apply (the benchmark's values fill them);
+    --dump with it is an InputError.
+    """
+    results_text = FLAGS.results_text
+    if results_text is not None:
+        if FLAGS.dump is not None:
+            raise InputError("--dump and --results_text exclude each other: give --dump to "
+                             "build from a Wikipedia dump, --results_text from the official "
+                             "results/ text")
+        if not results_text:
+            raise InputError("--results_text=: give the folder of the official results/ text")
+        results_text = os.path.abspath(os.path.expanduser(results_text))
+        for name in _DUMP_FLAGS:
+            if FLAGS[name].present:
+                logging.warning("--%s has no effect with --results_text", name)
+    sample = FLAGS.dump is None and results_text is None
     return Options(
-        dump=str(SAMPLE_DUMP) if sample else FLAGS.dump,
+        dump="" if results_text else str(SAMPLE_DUMP) if sample else FLAGS.dump,
         vocab_file=FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case, date=FLAGS.date,
         num_test_articles=FLAGS.num_test_articles if FLAGS.num_test_articles is not None else (
             SAMPLE_NUM_TEST_ARTICLES if sample else constants.NUM_TEST_ARTICLES),
@@ -502,7 +856,7 @@ def options_from_flags() -> Options:
         masked_lm_prob=FLAGS.masked_lm_prob, short_seq_prob=FLAGS.short_seq_prob,
         dupe_factor=FLAGS.dupe_factor, random_seed=FLAGS.random_seed,
         num_eval_examples=FLAGS.num_eval_examples, nworker=FLAGS.nworker,
-        verify_outputs=FLAGS.verify_outputs)
+        results_text=results_text or "", verify_outputs=FLAGS.verify_outputs)
 
 
 def main(argv: list[str]) -> None:
