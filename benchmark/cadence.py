@@ -1,8 +1,12 @@
-"""How often a BERT run must evaluate, and how a logged eval schedule is judged against it.
+"""How often a BERT run must evaluate: the schedule the trainer follows and the checker judges.
+
+The one home of the eval cadence: `eval_frequency` (the interval BERT fixes for a global batch
+size), `eval_update`/`next_eval_index` (where the trainer evaluates), `step_interval` and
+`judge_schedule` (how the checker judges a logged schedule).
 
 The training rules (training_rules.adoc, "Quality measure") ask closed-division runs to
 evaluate at least as frequently, in training samples between evals, as the interval BERT
-fixes for the global batch size (`constants.eval_frequency`), the eval at 0 samples being
+fixes for the global batch size (`eval_frequency`), the eval at 0 samples being
 optional. A trainer can only stop at a step boundary, so an interval rounded up to whole
 steps is on time. Accepted published results go further: NVIDIA's v2.0 PyTorch code
 evaluates a few steps after each multiple (up to 8 steps of 448, 2.4% of the interval), and
@@ -12,10 +16,9 @@ an eval was skipped or the schedule is another one, and is an error.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Iterator, Sequence
-
-from benchmark.constants import eval_frequency
 
 # Up to this fraction of an eval interval late is a warning; later means a skipped eval.
 LATE_FRACTION = 0.5
@@ -30,10 +33,35 @@ class Finding:
     message: str
 
 
+def eval_frequency(global_batch_size: int) -> int:
+    """Samples trained between two evaluations for a global batch size (in sequences).
+
+    floor(0.05 * (230.23 * batch + 3,000,000) / 25,000) * 25,000, e.g. 150,000 for 256..2048.
+    """
+    return int(math.floor(0.05 * (230.23 * global_batch_size + 3_000_000) / 25_000)) * 25_000
+
+
+def eval_update(index: int, frequency: int, global_batch: int) -> int:
+    """The optimizer update after which eval number `index` (1, 2, ...) runs: the first update
+    boundary at or after index * frequency samples (`frequency` in samples, `global_batch` in
+    sequences per update)."""
+    return -(-index * frequency // global_batch)
+
+
+def next_eval_index(samples: int, frequency: int) -> int:
+    """The index of the first eval still due after `samples` samples (evals already run at or
+    before `samples` are done)."""
+    return samples // frequency + 1
+
+
+def rounded_to_step(samples: int, global_batch: int) -> int:
+    """`samples` rounded up to a whole number of updates of `global_batch` sequences."""
+    return -(-samples // global_batch) * global_batch
+
+
 def step_interval(global_batch_size: int) -> int:
     """The eval interval rounded up to whole steps of `global_batch_size`, in samples."""
-    interval = eval_frequency(global_batch_size)
-    return -(-interval // global_batch_size) * global_batch_size
+    return rounded_to_step(eval_frequency(global_batch_size), global_batch_size)
 
 
 def _rule(batch: int, interval: int) -> str:

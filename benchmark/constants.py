@@ -3,7 +3,6 @@
 The data pipeline, the trainer and the checker import these; no benchmark number is typed
 twice in the project.
 """
-import math
 
 # Training target and evaluation.
 TARGET_MLM_ACCURACY = 0.720
@@ -24,10 +23,3 @@ SHORT_SEQ_PROB = 0.1
 DUPE_FACTOR = 10
 DUMP_DATE = "2020-01-01"
 
-
-def eval_frequency(global_batch_size: int) -> int:
-    """Samples trained between two evaluations for a global batch size (in sequences).
-
-    floor(0.05 * (230.23 * batch + 3,000,000) / 25,000) * 25,000, e.g. 150,000 for 256..2048.
-    """
-    return int(math.floor(0.05 * (230.23 * global_batch_size + 3_000_000) / 25_000)) * 25_000

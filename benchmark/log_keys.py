@@ -35,6 +35,12 @@ SEED = mlc.SEED
 TRAIN_SAMPLES = mlc.TRAIN_SAMPLES
 EVAL_SAMPLES = mlc.EVAL_SAMPLES
 
+# Our own events (not MLPerf keys; the checker reads them, the official checker ignores them).
+# A process continued the run from a checkpoint (metadata: checkpoint, global_step, samples).
+RESUME = "resume"
+# The run was started with a setting the closed division does not allow (value: the reason).
+NONCOMPLIANT = "noncompliant"
+
 # Metadata fields.
 EPOCH_NUM = mlc.EPOCH_NUM            # on eval events: samples trained so far (BERT)
 FIRST_EPOCH_NUM = mlc.FIRST_EPOCH_NUM  # on blocks: samples trained when the block starts

@@ -52,9 +52,6 @@ class Mild(str):
     """A finding message that is only a warning, whatever the rule's severity."""
 MAX_FINDINGS = 4  # per rule and log; further findings are summarized in one line
 NOT_LOGGED = "the closed division requires these hyperparameters, not logged: "
-# The record reference.run_pretraining writes when a process continues a run from a checkpoint
-# (metadata: checkpoint, global_step, samples).
-RESUME = "resume"
 
 
 @dataclass(frozen=True)
@@ -350,7 +347,8 @@ def check_blocks(view: LogView) -> Iterator[Finding]:
     def same(a: int, b: int) -> bool:
         if a == b:
             return True
-        return batch is not None and (-(-a // batch) * batch == b or -(-b // batch) * batch == a)
+        return batch is not None and (cadence.rounded_to_step(a, batch) == b or
+                                      cadence.rounded_to_step(b, batch) == a)
 
     sequence = _keys(view, k.BLOCK_START, k.BLOCK_STOP, k.EVAL_ACCURACY)
     in_samples, span = False, None
@@ -480,7 +478,7 @@ def check_single_run(view: LogView) -> Iterator[Finding]:
     """
     starts = view.all(k.RUN_START)
     lines = ", ".join(str(r.line) for r in starts)
-    resumes = view.all(RESUME)
+    resumes = view.all(k.RESUME)
     for record in resumes:
         meta = record.metadata
         yield record.line, (

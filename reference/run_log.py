@@ -27,12 +27,7 @@ from __future__ import annotations
 import os
 from typing import TextIO
 
-from benchmark.rules import RESUME
 from reference.error_text import OutputError, write_failure
-
-NONCOMPLIANT = "noncompliant"
-
-__all__ = ["NONCOMPLIANT", "RESUME", "LogFile", "end_partial_line"]
 
 
 def end_partial_line(path: str) -> bool:

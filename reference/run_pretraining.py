@@ -90,7 +90,7 @@ from typing import TYPE_CHECKING
 
 from absl import app, flags, logging
 
-from benchmark import constants
+from benchmark import cadence, constants
 from reference.error_text import OutputError, one_line, write_failure
 
 if TYPE_CHECKING:  # TensorFlow-importing modules are imported where used (fast --help)
@@ -410,7 +410,7 @@ def options_from_flags(flag_values=FLAGS) -> RunOptions:
                         "benchmark starts from model.ckpt-28252)")
 
     global_batch = f.train_batch_size * n
-    rule_frequency = constants.eval_frequency(global_batch)
+    rule_frequency = cadence.eval_frequency(global_batch)
     frequency = f.eval_frequency_samples or rule_frequency
     if frequency != rule_frequency:
         _require(f.noncompliant_eval_frequency,
@@ -467,17 +467,6 @@ def _checkpoint_exists(path: str) -> bool:
     return tf.io.gfile.exists(path + ".index")
 
 
-# ------------------------------------------------------------------------------ the cadence
-def eval_update(index: int, eval_frequency: int, global_batch: int) -> int:
-    """The optimizer update after which eval number `index` (1, 2, ...) runs: the first update
-    boundary at or after index * eval_frequency samples."""
-    return -(-index * eval_frequency // global_batch)
-
-
-def next_eval_index(samples: int, eval_frequency: int) -> int:
-    """The index of the first eval still due after `samples` samples (evals already run at or
-    before `samples` are done)."""
-    return samples // eval_frequency + 1
 
 
 # ------------------------------------------------------------------------------ outputs
@@ -797,7 +786,8 @@ def train(options: RunOptions, strategy=None) -> RunResult:
     """
     from benchmark.mlperf_log import BertLogger, Hyperparameters
     from reference import checkpoint as ckpt
-    from reference.run_log import NONCOMPLIANT, RESUME, LogFile
+    from benchmark.log_keys import NONCOMPLIANT, RESUME
+    from reference.run_log import LogFile
     from reference.trainer import CHECKPOINT_NAME, worker_checkpoint_dir
 
     run = _Run(options, strategy)
@@ -962,13 +952,13 @@ def _train_loop(run: _Run, options: RunOptions, log, log_file, iterator, eval_da
             return result
 
     update = trainer.step // n
-    eval_index = next_eval_index(trainer.samples, frequency)
+    eval_index = cadence.next_eval_index(trainer.samples, frequency)
     updates_per_call = options.iterations_per_loop // n
     run_started = time.time()
     first_samples = trainer.samples
     every = options.save_checkpoints_steps
     while update < budget_updates:
-        eval_at = eval_update(eval_index, frequency, batch) if eval_data is not None \
+        eval_at = cadence.eval_update(eval_index, frequency, batch) if eval_data is not None \
             else budget_updates + 1
         block_end = min(eval_at, budget_updates)
         if block_end <= update:

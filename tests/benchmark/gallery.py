@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from benchmark.constants import eval_frequency
+from benchmark.cadence import eval_frequency
 from tests.benchmark.synthetic import (HYPERPARAMETERS_3072, RunSpec, find, record, render,
                                        write_run)
 

@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmark import constants
+from benchmark import cadence, constants
 from benchmark.mlperf_log import BertLogger, Hyperparameters
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,7 +60,7 @@ def accuracy_curve(spec: RunSpec) -> list[float]:
     """Masked-LM accuracy after each eval: rising from ~0.5, first >= 0.720 at converge_at."""
     rng = random.Random(spec.seed)
     n = spec.converge_at if spec.converge_at is not None else spec.max_evals
-    freq = constants.eval_frequency(spec.hyperparameters.global_batch_size)
+    freq = cadence.eval_frequency(spec.hyperparameters.global_batch_size)
     top = (constants.TARGET_MLM_ACCURACY + 0.00035 if spec.converge_at is not None
            else constants.TARGET_MLM_ACCURACY - 0.0040)
     curve = []
@@ -75,7 +75,7 @@ def accuracy_curve(spec: RunSpec) -> list[float]:
 def eval_points(spec: RunSpec, count: int) -> list[int]:
     """Samples trained at each of the first `count` evals."""
     batch = spec.hyperparameters.global_batch_size
-    freq = constants.eval_frequency(batch)
+    freq = cadence.eval_frequency(batch)
     points = [j * freq for j in range(1, count + 1)]
     if spec.step_boundary:
         points = [-(-p // batch) * batch for p in points]

@@ -3,7 +3,7 @@ eval fails, earlier or extra evals are fine."""
 from __future__ import annotations
 
 from benchmark.cadence import LATE_FRACTION, judge_schedule, step_interval
-from benchmark.constants import eval_frequency
+from benchmark.cadence import eval_frequency
 
 BATCH = 3072
 F = eval_frequency(BATCH)          # 175,000

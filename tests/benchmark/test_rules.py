@@ -2,7 +2,7 @@
 at 0, the stop rule, the rule table itself."""
 from __future__ import annotations
 
-from benchmark import constants
+from benchmark import cadence, constants
 from benchmark.log_view import build_view
 from benchmark.mllog_parse import parse_text
 from benchmark.rules import NOT_LOGGED, RULES, check_eval_cadence, run_rules
@@ -81,7 +81,7 @@ def test_findings_beyond_the_cap_are_summarized_in_one_line():
 
 def test_blocks_may_carry_nominal_sizes_while_evals_carry_step_boundaries():
     """Batch 3072 evaluates at 175,104 samples; blocks logged as 0+175,000, 175,000+175,000..."""
-    freq = constants.eval_frequency(3072)
+    freq = cadence.eval_frequency(3072)
     lines = (gallery.LOGS / gallery.OPEN).read_text().splitlines()
     out, block = [], 0
     for line in lines:

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 from absl import flags
 
-from benchmark import constants
+from benchmark import cadence
 from reference import input_pipeline, presets
 from reference import run_pretraining as rp
 from tests.reference import synthetic_data
@@ -39,7 +39,7 @@ def test_valid_flags_become_run_options(data, tmp_path):
                                                      max_eval_steps=10, seed=5)))
     assert options.input_files == sorted(options.input_files) and len(options.input_files) == 2
     assert options.eval_records == 40  # fewer than 16 x 10: each record once
-    assert options.eval_frequency == constants.eval_frequency(8) == 150_000
+    assert options.eval_frequency == cadence.eval_frequency(8) == 150_000
     assert options.global_batch_size == 8 and options.budget_steps == 40
     assert options.mlperf_log == str(tmp_path / "out" / "mlperf.log")
     assert options.noncompliant == ["the eval covers 40 records, not the benchmark's 10,000"]
@@ -85,12 +85,12 @@ def test_noncompliant_cadence_and_target_are_recorded(data, tmp_path):
 
 def test_eval_cadence_is_the_first_update_at_or_after_each_multiple():
     # Batch 8192: every 225,000 samples, i.e. after updates 28, 55, 83 (27.47, 54.93, 82.4).
-    freq = constants.eval_frequency(8192)
-    assert [rp.eval_update(j, freq, 8192) for j in (1, 2, 3)] == [28, 55, 83]
-    assert rp.eval_update(1, 150_000, 2048) == 74  # 151,552 samples
-    assert rp.next_eval_index(0, freq) == 1
-    assert rp.next_eval_index(28 * 8192, freq) == 2  # that eval is done
-    assert rp.next_eval_index(27 * 8192, freq) == 1
+    freq = cadence.eval_frequency(8192)
+    assert [cadence.eval_update(j, freq, 8192) for j in (1, 2, 3)] == [28, 55, 83]
+    assert cadence.eval_update(1, 150_000, 2048) == 74  # 151,552 samples
+    assert cadence.next_eval_index(0, freq) == 1
+    assert cadence.next_eval_index(28 * 8192, freq) == 2  # that eval is done
+    assert cadence.next_eval_index(27 * 8192, freq) == 1
 
 
 # ------------------------------------------------------------------------------ presets
@@ -125,7 +125,7 @@ def test_v100_preset_has_the_readme_values():
             values["num_warmup_steps"], values["save_checkpoints_steps"],
             values["eval_batch_size"] * values["max_eval_steps"]) == (24, 1e-4, 107538, 1562,
                                                                       6250, 10_000)
-    assert constants.eval_frequency(24) == 6250 * 24  # one eval per checkpoint interval
+    assert cadence.eval_frequency(24) == 6250 * 24  # one eval per checkpoint interval
 
 
 def test_every_preset_parses_into_flags(tmp_path):

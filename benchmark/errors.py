@@ -1,0 +1,26 @@
+"""The one user-error class of the project, and how every command line reports it.
+
+A `UserError` is a problem with what the user gave: a flag, a file, a dump, a log, a
+checkpoint. Its message is one line that names the flag or file and the problem. Every CLI runs
+its `main` through `exit_on_user_error`, which prints that line and exits with status 1; any
+other exception is a bug and keeps its traceback. Each package's specific errors (bad dump,
+bad config, bad checkpoint, ...) subclass it.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Callable
+
+
+class UserError(Exception):
+    """A problem with the user's input, flags or output paths; its message is one line naming
+    the file or flag."""
+
+
+def exit_on_user_error(main: Callable[[], None]) -> None:
+    """Run `main`; a UserError becomes a one-line `error:` message on stderr and exit status 1."""
+    try:
+        main()
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)
