@@ -82,7 +82,7 @@ train:
 # Ten real demo runs laid out as an (open division) submission, then checked.
 EXAMPLE_ARGS ?=
 example-submission:
-	$(PY) -m benchmark.example_submission $(EXAMPLE_ARGS)
+	$(PY) -m reference.example_submission $(EXAMPLE_ARGS)
 
 bench: bench-data bench-train
 

@@ -25,6 +25,7 @@ from typing import Sequence, TextIO
 
 from tqdm import tqdm
 
+from benchmark.errors import UserError
 from benchmark.log_check import LogReport, check_log
 from benchmark.official import PackageOutcome, RcpOutcome, available_rulesets
 from benchmark.rulesets import DEFAULT_RULESET, ruleset as ruleset_facts
@@ -38,7 +39,7 @@ PLOT_FORMATS = (".png", ".pdf", ".svg")  # what --plot writes (matplotlib picks 
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
 
 
-class UsageError(Exception):
+class UsageError(UserError):
     """The command line cannot be acted on; the message is the one line to print."""
 
 

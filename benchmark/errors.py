@@ -24,3 +24,10 @@ def exit_on_user_error(main: Callable[[], None]) -> None:
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
+
+
+def one_line(err: BaseException) -> str:
+    """The first non-blank line of `err`'s message (TensorFlow errors: their `.message`), or the
+    exception's type name when the message is empty."""
+    text = str(getattr(err, "message", err)).strip()
+    return text.splitlines()[0] if text else type(err).__name__

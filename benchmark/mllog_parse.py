@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmark.errors import UserError
 from benchmark.problems import ERROR, WARNING, Problem
 
 TOKEN = ":::MLLOG "
@@ -22,7 +23,7 @@ REQUIRED_FIELDS = ("time_ms", "key", "value", "metadata")
 MAX_DEPTH = 32  # MLPerf values are scalars or small lists/objects; deeper is garbage
 
 
-class LogReadError(Exception):
+class LogReadError(UserError):
     """The file could not be read at all (missing, a folder, no permission)."""
 
 

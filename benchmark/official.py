@@ -516,6 +516,20 @@ def run_rcp(folder: str, batch_size: int | None, logs: Sequence[ParsedLog],
 # --------------------------------------------------------------------------------------------
 # System description and package checkers
 
+# The fields mlperf_logging's system_desc_checker requires of systems/<system>.json.
+SYSTEM_FIELDS = (
+    "submitter", "division", "status", "system_name", "number_of_nodes",
+    "host_processors_per_node", "host_processor_model_name", "host_processor_core_count",
+    "host_processor_vcpu_count", "host_processor_frequency", "host_processor_caches",
+    "host_processor_interconnect", "host_memory_capacity", "host_storage_type",
+    "host_storage_capacity", "host_networking", "host_networking_topology",
+    "host_memory_configuration", "accelerators_per_node", "accelerator_model_name",
+    "accelerator_host_interconnect", "accelerator_frequency", "accelerator_on-chip_memories",
+    "accelerator_memory_configuration", "accelerator_memory_capacity",
+    "accelerator_interconnect", "accelerator_interconnect_topology", "cooling", "hw_notes",
+    "framework", "other_software_stack", "operating_system", "sw_notes")
+
+
 def system_description_problems(json_path: str, ruleset: str = DEFAULT_RULESET) -> list[Problem]:
     """The system-description checker's complaints about one systems/<system>.json.
 

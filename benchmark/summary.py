@@ -15,6 +15,7 @@ from typing import Sequence
 import pandas as pd
 
 from benchmark import constants
+from benchmark.errors import UserError
 from benchmark.log_check import LogReport
 from benchmark.problems import count_errors
 
@@ -22,7 +23,7 @@ COLUMNS = ["run", "status", "minutes", "samples_to_converge", "final_accuracy", 
            "errors", "scored"]
 
 
-class PlotError(Exception):
+class PlotError(UserError):
     """The plot could not be made (matplotlib missing, file not writable)."""
 
 

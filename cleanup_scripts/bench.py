@@ -41,14 +41,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmark import constants
+from benchmark.errors import exit_on_user_error
 from cleanup_scripts import PUNKT_ENGLISH_DIR, SAMPLE_DUMP, VOCAB_FILE, checksums, dump_chunks
 from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir
-from cleanup_scripts.runner import exit_on_input_error
 from cleanup_scripts.tfrecord_digest import tfrecord_digest
 
-PRETRAINING_FLAGS = ("--do_lower_case=True", "--max_seq_length=512",
-                     "--max_predictions_per_seq=76", "--masked_lm_prob=0.15",
-                     "--random_seed=12345", "--dupe_factor=10")
+PRETRAINING_FLAGS = ("--do_lower_case=True", f"--max_seq_length={constants.MAX_SEQ_LENGTH}",
+                     f"--max_predictions_per_seq={constants.MAX_PREDICTIONS_PER_SEQ}",
+                     f"--masked_lm_prob={constants.MASKED_LM_PROB}",
+                     f"--random_seed={constants.PRETRAINING_RANDOM_SEED}",
+                     f"--dupe_factor={constants.DUPE_FACTOR}")
 # Runs a reference TF1 script with `tensorflow` bound to `tensorflow.compat.v1`.
 _TF1_LAUNCHER = """import os, runpy, sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -84,7 +86,7 @@ with bz2.open(sys.argv[1]) as source, open("/dev/null", "wb") as sink:
 """
 PROJECTION_CORES = (32, 64, 96)
 OFFICIAL_DUMP = "enwiki-20200101-pages-articles-multistream.xml"
-OFFICIAL_PARTS = 500
+OFFICIAL_PARTS = constants.GATHER_NUM_OUTPUTS
 OFFICIAL_PART_MB = 27.0
 
 
@@ -485,4 +487,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    exit_on_input_error(main)
+    exit_on_user_error(main)

@@ -8,11 +8,15 @@ module parses them into a table for the code:
 
 Paths are relative, `/`-separated, as in the manifests: `bert_config.json`,
 `tf1_ckpt/model.ckpt-28252.index`, `results/eval.txt`, `text/FE/wiki_00`, `tfrecords/eval_10k`.
+
+Also where an artifact may sit in a folder (`candidate_paths`, `locate`: our layout, then the
+reference's), and how many of an `eval.md5`'s hashes are official (`count_official_eval_hashes`).
 """
 from __future__ import annotations
 
 import functools
 import re
+import os
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +30,18 @@ OFFICIAL_MANIFESTS = ("inputs.md5", "results.md5", "text-FE.md5")
 SIZES_FILE = "sizes.tsv"
 VENDORED_MANIFEST = "vendored.md5"
 EVAL_ARTICLES_FILE = "eval-articles.md5"
+
+# Where each canonical folder of an artifact may sit under DIR: our layout first, then the
+# reference's (download_and_uncompress.sh's `wiki/`, process_wiki.sh run in `cleanup_scripts/`,
+# the processed-results archive's `results4/`, a flat TF1 checkpoint folder `phase1/`).
+_LAYOUTS = {
+    "": ("", "wiki/", "cleanup_scripts/wiki/"),
+    "tf1_ckpt/": ("tf1_ckpt/", "wiki/tf1_ckpt/", "cleanup_scripts/wiki/tf1_ckpt/", "phase1/"),
+    "tf2_ckpt/": ("tf2_ckpt/", "wiki/tf2_ckpt/", "cleanup_scripts/wiki/tf2_ckpt/"),
+    "results/": ("results/", "results4/", "cleanup_scripts/results/"),
+    "text/FE/": ("text/FE/", "cleanup_scripts/text/FE/"),
+    "tfrecords/": ("tfrecords/", "tfrecord/"),
+}
 
 _MD5_LINE = re.compile(r"^([0-9a-fA-F]{32}) [ *](.+)$")
 _MD5 = re.compile(r"^[0-9a-f]{32}$")
@@ -125,3 +141,26 @@ def read_hash_list(path: str | Path) -> list[str]:
             raise InputError(f"{path}:{number}: not an md5 hash: {line[:60]!r}")
         hashes.append(value)
     return hashes
+
+
+def count_official_eval_hashes(eval_md5: str | os.PathLike) -> tuple[int, int]:
+    """(hashes of `eval_md5` in the official eval-article list, hashes in `eval_md5`)."""
+    official = official_eval_hashes()
+    hashes = read_hash_list(eval_md5)
+    return sum(value in official for value in hashes), len(hashes)
+
+
+def candidate_paths(path: str) -> list[str]:
+    """The relative locations where the official layouts put the artifact `path`."""
+    head, _, name = path.rpartition("/")
+    folder = head + "/" if head else ""
+    return [prefix + name for prefix in _LAYOUTS.get(folder, (folder,))]
+
+
+def locate(root: Path, path: str) -> Path | None:
+    """The first existing file among `path`'s candidate locations under `root`, or None."""
+    for candidate in candidate_paths(path):
+        full = root / candidate
+        if full.is_file():
+            return full
+    return None

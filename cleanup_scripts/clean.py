@@ -19,8 +19,9 @@ import sys
 import time
 from typing import Iterator
 
+from benchmark.errors import exit_on_user_error
 from cleanup_scripts.fileio import InputError, atomic_output
-from cleanup_scripts.runner import StageSummary, exit_on_input_error, report
+from cleanup_scripts.runner import StageSummary, report
 
 # Lines removed whole, each with a literal that such a line must contain: a leftover
 # `<doc ...>` header, and category links.
@@ -194,4 +195,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    exit_on_input_error(main)
+    exit_on_user_error(main)

@@ -15,8 +15,9 @@ import argparse
 import io
 from typing import Sequence
 
+from benchmark.errors import exit_on_user_error
 from cleanup_scripts.fileio import InputError, atomic_output
-from cleanup_scripts.runner import exit_on_input_error, run_suffix_stage
+from cleanup_scripts.runner import run_suffix_stage
 
 
 def _without_blank_and_footer_lines(lines: Sequence[str]) -> list[str]:
@@ -83,4 +84,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    exit_on_input_error(main)
+    exit_on_user_error(main)

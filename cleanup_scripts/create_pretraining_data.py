@@ -53,12 +53,13 @@ from absl import app, flags, logging
 from tqdm import tqdm
 
 from benchmark import constants
+from benchmark.errors import exit_on_user_error
 from cleanup_scripts import VOCAB_FILE
 from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir, expand_inputs
 from cleanup_scripts.pretraining_features import PretrainingEncoder
 from cleanup_scripts.pretraining_instances import (KEEP, MAX_SEQ_LENGTH, Corpus, Instances,
                                                    MaskingConfig, create_instances)
-from cleanup_scripts.runner import StageSummary, exit_on_input_error, report, total_bytes
+from cleanup_scripts.runner import StageSummary, report, total_bytes
 from cleanup_scripts.tokenization import FullTokenizer
 
 WRITE_BATCH = 1024
@@ -306,7 +307,7 @@ def run(flag_values: flags.FlagValues) -> None:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    exit_on_input_error(lambda: run(flags.FLAGS))
+    exit_on_user_error(lambda: run(flags.FLAGS))
 
 
 if __name__ == "__main__":

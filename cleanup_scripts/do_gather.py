@@ -18,8 +18,9 @@ import time
 from dataclasses import dataclass
 
 from benchmark import constants
+from benchmark.errors import exit_on_user_error
 from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir, expand_inputs
-from cleanup_scripts.runner import StageSummary, exit_on_input_error, map_in_workers, report
+from cleanup_scripts.runner import StageSummary, map_in_workers, report
 
 
 @dataclass(frozen=True)
@@ -134,4 +135,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    exit_on_input_error(main)
+    exit_on_user_error(main)

@@ -19,8 +19,9 @@ import argparse
 import io
 from typing import Iterable
 
+from benchmark.errors import exit_on_user_error
 from cleanup_scripts.fileio import InputError, atomic_output
-from cleanup_scripts.runner import exit_on_input_error, run_suffix_stage
+from cleanup_scripts.runner import run_suffix_stage
 from cleanup_scripts.sentence_splitter import get_splitter
 
 
@@ -95,4 +96,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    exit_on_input_error(main)
+    exit_on_user_error(main)

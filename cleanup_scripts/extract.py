@@ -58,10 +58,11 @@ from typing import Iterator
 from tqdm import tqdm
 
 from benchmark import constants
+from benchmark.errors import exit_on_user_error
 from cleanup_scripts.fileio import (DiskFullError, InputError, disk_full, ensure_dir,
                                     temporary_name)
 from cleanup_scripts import dump_chunks, wikiextractor_275
-from cleanup_scripts.runner import StageSummary, exit_on_input_error, report
+from cleanup_scripts.runner import StageSummary, report
 
 MIN_FILE_SIZE = 200 * 1024  # WikiExtractor's own lower limit for --bytes
 CHUNK_BYTES = 16 << 20  # decoded dump text per worker task
@@ -604,4 +605,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    exit_on_input_error(main)
+    exit_on_user_error(main)

@@ -1,37 +1,24 @@
 """File handling shared by every pipeline stage: input discovery, atomic outputs, errors,
-locks."""
+locks.
+
+Atomic outputs, output folders and their errors live in `benchmark.files` (one home for every
+layer) and are re-exported here for the pipeline's stages."""
 from __future__ import annotations
 
 import contextlib
 import datetime
-import errno
 import fcntl
 import glob
 import os
 import socket
 import time
-from pathlib import Path
-from typing import IO, Iterator
+from typing import Iterator
 
+from benchmark.files import (DiskFullError, InputError, atomic_output, disk_full, ensure_dir,
+                             temporary_name)
 
-class InputError(Exception):
-    """A problem with a user's input or output path; its message is one line naming the file."""
-
-
-class DiskFullError(InputError):
-    """A write failed for want of space: no space left on the device, the disk quota reached,
-    or a file larger than the file system (or the process's RLIMIT_FSIZE) allows."""
-
-
-_DISK_FULL = {errno.ENOSPC: "no space left on device",
-              errno.EDQUOT: "no space left on device (disk quota exceeded)",
-              errno.EFBIG: "no space left on device (file too large)"}
-
-
-def disk_full(path: str | os.PathLike, err: OSError) -> DiskFullError | None:
-    """The one-line DiskFullError naming `path` if `err` says the disk is full, else None."""
-    problem = _DISK_FULL.get(err.errno)
-    return None if problem is None else DiskFullError(f"{path}: {problem}")
+__all__ = ["DiskFullError", "InputError", "atomic_output", "disk_full", "ensure_dir",
+           "exclusive_lock", "expand_inputs", "temporary_name"]
 
 
 def expand_inputs(pattern: str, suffix: str = "") -> list[str]:
@@ -47,54 +34,6 @@ def expand_inputs(pattern: str, suffix: str = "") -> list[str]:
         if not os.path.isfile(path + suffix):
             raise InputError(f"{path + suffix}: input file does not exist")
     return paths
-
-
-def temporary_name(path: str | os.PathLike) -> Path:
-    """The hidden name beside `path` that a stage writes before renaming to `path`."""
-    path = Path(path)
-    return path.with_name(f".{path.name}.partial-{os.getpid()}")
-
-
-@contextlib.contextmanager
-def atomic_output(path: str | os.PathLike, mode: str = "w", **open_kwargs) -> Iterator[IO]:
-    """Open a temporary file beside `path`; rename it to `path` only if the block succeeds.
-
-    A crash or an exception leaves no file under the final name (and removes the temporary).
-    Text modes default to UTF-8. Raises InputError when the directory cannot be written, and
-    DiskFullError (naming `path`) when the disk fills up while it is written.
-    """
-    if "b" not in mode:
-        open_kwargs.setdefault("encoding", "utf-8")
-    tmp = temporary_name(path)
-    try:
-        handle = open(tmp, mode, **open_kwargs)
-    except OSError as err:
-        raise disk_full(path, err) or InputError(
-            f"{path}: cannot write output ({err.strerror})") from err
-    try:
-        with handle:
-            yield handle
-        os.replace(tmp, path)
-    except BaseException as err:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        full = disk_full(path, err) if isinstance(err, OSError) else None
-        if full is not None:
-            raise full from err
-        raise
-
-
-def ensure_dir(path: str | os.PathLike) -> Path:
-    """Create directory `path` (and parents) if needed; InputError if it cannot be made."""
-    path = Path(path)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise disk_full(path, err) or InputError(
-            f"{path}: cannot create output directory ({err.strerror})") from err
-    if not os.access(path, os.W_OK):
-        raise InputError(f"{path}: output directory is not writable")
-    return path
 
 
 def _holder(descriptor: int) -> str:

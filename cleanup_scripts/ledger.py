@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from benchmark.files import md5_file
 from cleanup_scripts.fileio import InputError, disk_full
-from cleanup_scripts.verify import md5_file
 
 
 @dataclass(frozen=True)

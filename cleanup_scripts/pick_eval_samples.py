@@ -31,11 +31,12 @@ import numpy as np
 from absl import logging
 
 from benchmark import constants
+from benchmark.errors import exit_on_user_error
 from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir
 from cleanup_scripts.pretraining_features import (DecodeError, count_records, encode_examples,
                                                   feature_spec, frame_record,
                                                   parse_pretraining_example, read_records)
-from cleanup_scripts.runner import StageSummary, exit_on_input_error, report
+from cleanup_scripts.runner import StageSummary, report
 
 BATCH = 512
 
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> None:
         report(StageSummary("pick_eval_samples", 1, picked,
                             os.path.getsize(args.input_tfrecord), started))
 
-    exit_on_input_error(run)
+    exit_on_user_error(run)
 
 
 if __name__ == "__main__":

@@ -50,10 +50,11 @@ from typing import Callable
 
 from absl import app, flags, logging
 
-from benchmark import constants
+from benchmark import constants, files
 from cleanup_scripts import SAMPLE_DUMP, VOCAB_FILE
 from cleanup_scripts import create_pretraining_data as pretraining
-from cleanup_scripts import checksums, download, extract, pick_eval_samples, verify
+from cleanup_scripts import checksums, extract, pick_eval_samples
+from cleanup_scripts.artifacts import download
 from cleanup_scripts.clean import write_cleaned
 from cleanup_scripts.cleanup_file import stripped_bytes
 from cleanup_scripts.do_gather import GatherSource, gather
@@ -170,7 +171,7 @@ def fetch_dump(layout: DatasetLayout, options: Options) -> Path:
             raise full from err
         return target
     check_local_dump(path)
-    if expected is not None and not verify.verify_file(path, expected):
+    if expected is not None and not files.verify_file(path, expected):
         raise InputError(f"{path}: md5 differs from the official {expected}")
     return path
 
@@ -337,7 +338,7 @@ def _stat_key(path: str | os.PathLike) -> tuple:
 
 
 def _md5_job(path: str) -> str:
-    return verify.md5_file(path, progress=False)
+    return files.md5_file(path, progress=False)
 
 
 def source_md5s(paths: list[str], nworker: int) -> dict[str, str]:
@@ -513,7 +514,7 @@ def run_manifest(layout: DatasetLayout, options: Options, ledger: OutputLedger
         out.write("path\tbytes\tmd5\n")
         for path in outputs:
             out.write(f"{path.relative_to(layout.root)}\t{path.stat().st_size}\t"
-                      f"{verify.md5_file(path)}\n")
+                      f"{files.md5_file(path)}\n")
     ledger.record(layout.manifest)
     return StageSummary("manifest", len(outputs), len(outputs),
                         total_bytes(map(str, outputs)), started)

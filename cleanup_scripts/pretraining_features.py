@@ -12,6 +12,11 @@ Each record is a serialized `tf.train.Example` with seven fixed-length features:
 here encode and decode the same protos (features in the order above, packed values) and the
 TFRecord framing (length, masked CRC-32C of the length, data, masked CRC-32C of the data), so the
 data tools need neither TensorFlow nor its start-up time.
+
+This module is the one home of the TFRecord contract for every layer: `framed_records` (the
+framing reader over any binary handle, `FramingError` naming the record and the problem),
+`read_records` / `count_records` (local files, `InputError`), and the feature-schema check
+(`spec_problem`, `feature_problem`, `parse_pretraining_example`, `LENGTH_FLAGS`).
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ from typing import BinaryIO, Iterator, Mapping, Sequence
 import google_crc32c
 import numpy as np
 
+from benchmark.errors import one_line
 from cleanup_scripts.fileio import InputError
 
 FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions",
@@ -405,25 +411,70 @@ def decode_example(data: bytes) -> dict[str, tuple[str, object]]:
     return features
 
 
+# The flag that sets each feature's length (next_sentence_labels always holds one value).
+LENGTH_FLAGS = {"input_ids": "--max_seq_length", "input_mask": "--max_seq_length",
+                "segment_ids": "--max_seq_length",
+                "masked_lm_positions": "--max_predictions_per_seq",
+                "masked_lm_ids": "--max_predictions_per_seq",
+                "masked_lm_weights": "--max_predictions_per_seq"}
+
+
+def spec_problem(decoded: Mapping[str, tuple[str, object]], spec: Mapping[str, FeatureSpec],
+                 length_flags: Mapping[str, str] | None = None) -> str | None:
+    """Why features from `decode_example` do not fit `spec` (None: they fit): the first
+    feature, in spec order, that is missing, of another dtype or of another length.
+
+    With `length_flags` ({feature: flag}, e.g. LENGTH_FLAGS) a wrong length names the flag
+    that sets it: "feature input_ids has 384 values, expected --max_seq_length=512".
+    """
+    for name, item in spec.items():
+        kind, values = decoded.get(name, ("none", None))
+        if kind == "none":
+            return f"feature {name} is missing"
+        if kind != item.dtype:
+            return f"feature {name} holds {kind} values, expected {item.dtype}"
+        if len(values) != item.length:
+            flag = (length_flags or {}).get(name)
+            expected = f"{flag}={item.length}" if flag else str(item.length)
+            return f"feature {name} has {len(values)} values, expected {expected}"
+    return None
+
+
+def feature_problem(data: bytes, max_seq_length: int,
+                    max_predictions_per_seq: int) -> str | None:
+    """Why one serialized record does not fit the pretraining feature spec (None: it fits).
+
+    The answer names the feature and, for a wrong length, the flag that sets the length, e.g.
+    "feature input_ids has 384 values, expected --max_seq_length=512"; bytes that are no
+    Example give "not a tf.train.Example (...)".
+    """
+    try:
+        decoded = decode_example(data)
+    except DecodeError as err:
+        return f"not a tf.train.Example ({err})"
+    return spec_problem(decoded, feature_spec(max_seq_length, max_predictions_per_seq),
+                        LENGTH_FLAGS)
+
+
 def parse_pretraining_example(data: bytes,
                               spec: Mapping[str, FeatureSpec]) -> dict[str, np.ndarray]:
     """The features of `spec` from one serialized Example, checked against their dtype and length.
 
-    DecodeError when a feature is missing, of another type or of another length.
+    DecodeError (`spec_problem`'s message) when a feature is missing, of another type or of
+    another length.
     """
     decoded = decode_example(data)
-    out = {}
-    for name, item in spec.items():
-        kind, values = decoded.get(name, ("none", None))
-        if kind != item.dtype:
-            raise DecodeError(f"feature {name} is {kind}, expected {item.dtype}")
-        if len(values) != item.length:
-            raise DecodeError(f"feature {name} has {len(values)} values, expected {item.length}")
-        out[name] = values.reshape(item.shape)
-    return out
+    problem = spec_problem(decoded, spec)
+    if problem:
+        raise DecodeError(problem)
+    return {name: decoded[name][1].reshape(item.shape) for name, item in spec.items()}
 
 
 # ---- TFRecord framing ---------------------------------------------------------------------------
+
+HEADER_BYTES = 12  # a TFRecord's uint64 length and the length's masked CRC-32C
+FOOTER_BYTES = 4  # the data's masked CRC-32C
+
 
 def masked_crc32c(data: bytes) -> int:
     """The TFRecord checksum: CRC-32C, rotated right by 15 bits, plus 0xa282ead8."""
@@ -441,17 +492,60 @@ def write_records(handle: BinaryIO, records: Sequence[bytes]) -> None:
     handle.write(b"".join(frame_record(record) for record in records))
 
 
-def _read_header(handle: BinaryIO, path: str, index: int) -> int | None:
-    """Length of the next record, None at a clean end of file."""
-    header = handle.read(12)
+class FramingError(ValueError):
+    """A record whose TFRecord framing is damaged or unreadable: its 0-based `index` in the
+    file and the `problem` (e.g. "CRC mismatch (data corrupted)")."""
+
+    def __init__(self, index: int, problem: str):
+        super().__init__(problem)
+        self.index = index
+        self.problem = problem
+
+
+def _next_length(handle: BinaryIO, index: int, offset: int) -> int | None:
+    """The data length of record `index` (its header at byte `offset`); None at a clean end."""
+    header = handle.read(HEADER_BYTES)
     if not header:
         return None
-    if len(header) < 12:
-        raise InputError(f"{path}: truncated TFRecord header at record {index}")
-    length_bytes, crc = header[:8], struct.unpack("<I", header[8:])[0]
-    if masked_crc32c(length_bytes) != crc:
-        raise InputError(f"{path}: corrupt TFRecord (bad length checksum) at record {index}")
-    return struct.unpack("<Q", length_bytes)[0]
+    if len(header) < HEADER_BYTES:
+        raise FramingError(index, f"truncated at byte {offset + len(header)} "
+                                  f"(inside the record's {HEADER_BYTES}-byte header)")
+    if masked_crc32c(header[:8]) != struct.unpack("<I", header[8:])[0]:
+        raise FramingError(index, "length CRC mismatch (data corrupted" + (
+            ", or not a TFRecord file)" if index == 0 else ")"))
+    return struct.unpack("<Q", header[:8])[0]
+
+
+def _truncated(index: int, offset: int, length: int, at: int) -> FramingError:
+    """Record `index` (header at `offset`, `length` data bytes) ends early, at byte `at`."""
+    end = offset + HEADER_BYTES + length + FOOTER_BYTES
+    return FramingError(index, f"truncated at byte {at} (the record starts at byte {offset} "
+                               f"and ends at byte {end})")
+
+
+def framed_records(handle: BinaryIO,
+                   read_errors: tuple[type[BaseException], ...] = (OSError,)) -> Iterator[bytes]:
+    """The data of each TFRecord read from `handle` (anything with `read(n)`: an open file, a
+    `tf.io.gfile.GFile`), both checksums verified.
+
+    Raises FramingError at the first record that is truncated or fails a CRC, and for an
+    exception of `read_errors` raised by a read ("cannot read (...)").
+    """
+    index = offset = 0
+    try:
+        while True:
+            length = _next_length(handle, index, offset)
+            if length is None:
+                return
+            body = handle.read(length + FOOTER_BYTES)
+            if len(body) < length + FOOTER_BYTES:
+                raise _truncated(index, offset, length, offset + HEADER_BYTES + len(body))
+            if masked_crc32c(body[:length]) != struct.unpack("<I", body[length:])[0]:
+                raise FramingError(index, "CRC mismatch (data corrupted)")
+            yield body[:length]
+            index, offset = index + 1, offset + HEADER_BYTES + length + FOOTER_BYTES
+    except read_errors as err:
+        raise FramingError(index, f"cannot read ({one_line(err)})") from err
 
 
 def _open_tfrecord(path: str) -> BinaryIO:
@@ -461,36 +555,40 @@ def _open_tfrecord(path: str) -> BinaryIO:
         raise InputError(f"{path}: cannot read TFRecord file ({err.strerror})") from err
 
 
+def _damaged(path: str, err: FramingError) -> InputError:
+    """The one-line InputError for a damaged local TFRecord file."""
+    return InputError(f"{path}: record {err.index}: {err.problem}")
+
+
 def read_records(path: str | os.PathLike) -> Iterator[bytes]:
-    """Each record of a TFRecord file, checksums verified; InputError if it is damaged."""
+    """Each record of a local TFRecord file, checksums verified (`framed_records`); InputError
+    "PATH: record I: PROBLEM" if it is damaged or unreadable."""
     path = str(path)
     with _open_tfrecord(path) as handle:
-        index = 0
-        while True:
-            length = _read_header(handle, path, index)
-            if length is None:
-                return
-            data = handle.read(length)
-            footer = handle.read(4)
-            if len(data) < length or len(footer) < 4:
-                raise InputError(f"{path}: truncated TFRecord at record {index}")
-            if masked_crc32c(data) != struct.unpack("<I", footer)[0]:
-                raise InputError(f"{path}: corrupt TFRecord (bad data checksum) at record {index}")
-            yield data
-            index += 1
+        try:
+            yield from framed_records(handle)
+        except FramingError as err:
+            raise _damaged(path, err) from err
 
 
 def count_records(path: str | os.PathLike) -> int:
-    """Number of records in a TFRecord file, reading only the headers."""
+    """Number of records in a local TFRecord file, reading only the headers (their length
+    checksums verified); InputError as `read_records` gives."""
     path = str(path)
     with _open_tfrecord(path) as handle:
         size = os.fstat(handle.fileno()).st_size
-        count = 0
-        while True:
-            length = _read_header(handle, path, count)
-            if length is None:
-                return count
-            if handle.tell() + length + 4 > size:
-                raise InputError(f"{path}: truncated TFRecord at record {count}")
-            handle.seek(length + 4, os.SEEK_CUR)
-            count += 1
+        count = offset = 0
+        try:
+            while True:
+                length = _next_length(handle, count, offset)
+                if length is None:
+                    return count
+                end = offset + HEADER_BYTES + length + FOOTER_BYTES
+                if end > size:
+                    raise _truncated(count, offset, length, size)
+                handle.seek(end)
+                count, offset = count + 1, end
+        except FramingError as err:
+            raise _damaged(path, err) from err
+        except OSError as err:
+            raise _damaged(path, FramingError(count, f"cannot read ({one_line(err)})")) from err

@@ -15,13 +15,14 @@ import os
 import time
 
 from benchmark import constants
+from benchmark.errors import exit_on_user_error
 from cleanup_scripts.clean import write_cleaned
 from cleanup_scripts.cleanup_file import stripped_bytes
 from cleanup_scripts.do_gather import GatherSource, gather
 from cleanup_scripts.do_sentence_segmentation import segment_file
 from cleanup_scripts.fileio import atomic_output, ensure_dir, expand_inputs
-from cleanup_scripts.runner import (StageSummary, exit_on_input_error, map_in_workers, report,
-                                    shared_workers, total_bytes)
+from cleanup_scripts.runner import (StageSummary, map_in_workers, report, shared_workers,
+                                    total_bytes)
 from cleanup_scripts.sentence_splitter import get_splitter
 from cleanup_scripts.seperate_test_set import separate_files
 
@@ -89,4 +90,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    exit_on_input_error(main)
+    exit_on_user_error(main)

@@ -1,4 +1,4 @@
-"""Running a stage over many files: worker pools, progress bars, summary lines, CLI errors."""
+"""Running a stage over many files: worker pools, progress bars, summary lines."""
 from __future__ import annotations
 
 import contextlib
@@ -14,7 +14,7 @@ from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 from absl import logging
 from tqdm import tqdm
 
-from cleanup_scripts.fileio import InputError, expand_inputs
+from cleanup_scripts.fileio import expand_inputs
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -155,11 +155,3 @@ def run_suffix_stage(stage: str, function: Callable[[tuple[str, str]], int], pat
     report(StageSummary(stage, len(jobs), sum(records), total_bytes(job[0] for job in jobs),
                         started))
 
-
-def exit_on_input_error(main: Callable[[], None]) -> None:
-    """Run `main`; an InputError becomes a one-line `error:` message and exit status 1."""
-    try:
-        main()
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(1)

@@ -4,21 +4,26 @@ The md5 runs over every record's features in sorted name order, each as the raw 
 int64 or float32 values, so two files with the same records in the same order agree whatever
 the byte layout of their protos. Decoding goes through TensorFlow's own parser
 (`tf.io.parse_example` with the standard fixed-length spec), independent of the project's
-writer. Command line: python -m cleanup_scripts.tfrecord_digest FILE [SEQ_LEN] [MAX_PRED].
+writer; the records are read by the project's one TFRecord reader (checksums verified). Command line: python -m cleanup_scripts.tfrecord_digest FILE [SEQ_LEN] [MAX_PRED].
 """
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import sys
 
 import numpy as np
 
-from cleanup_scripts.pretraining_features import tf_feature_spec
+from benchmark import constants
+from cleanup_scripts.pretraining_features import read_records, tf_feature_spec
+
+BATCH = 256  # records parsed per TensorFlow call
 
 
-def tfrecord_digest(path: str | os.PathLike, max_seq_length: int = 512,
-                    max_predictions_per_seq: int = 76) -> tuple[int, str]:
+def tfrecord_digest(path: str | os.PathLike, max_seq_length: int = constants.MAX_SEQ_LENGTH,
+                    max_predictions_per_seq: int = constants.MAX_PREDICTIONS_PER_SEQ
+                    ) -> tuple[int, str]:
     """(number of records, md5 of their decoded features) of a pretraining TFRecord file."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -27,9 +32,9 @@ def tfrecord_digest(path: str | os.PathLike, max_seq_length: int = 512,
     names = sorted(spec)
     digest = hashlib.md5()
     count = 0
-    dataset = tf.data.TFRecordDataset(str(path)).batch(256)
-    for serialized in dataset:
-        parsed = tf.io.parse_example(serialized, spec)
+    records = read_records(path)
+    while serialized := list(itertools.islice(records, BATCH)):
+        parsed = tf.io.parse_example(tf.constant(serialized), spec)
         columns = [parsed[name].numpy() for name in names]
         for row in range(columns[0].shape[0]):
             for column in columns:

@@ -146,11 +146,6 @@ def split_on_punctuation(text: str) -> list[str]:
     return pieces
 
 
-def whitespace_tokenize(text: str) -> list[str]:
-    """Split on runs of whitespace (Python's definition), dropping empty pieces."""
-    return text.split()
-
-
 def to_text(text: str | bytes) -> str:
     """`text` as str; bytes are decoded as UTF-8 with undecodable bytes dropped."""
     if isinstance(text, str):

@@ -1,60 +1,9 @@
-"""Upload a prepared dataset to a Google Cloud Storage bucket, in parallel, md5-verified.
+"""`python -m cleanup_scripts.upload`: upload a dataset to a bucket.
 
-    python -m cleanup_scripts.upload --bucket=gs://BUCKET/PREFIX [--source_dir=build/dataset]
-        [--nworker=8] [--chunk_mb=16]          (or: make upload BUCKET=gs://BUCKET/PREFIX)
-
-Sends the files of `SOURCE_DIR/manifest.tsv` and the manifest itself (a `make preprocess`
-output), or every non-hidden file when there is no manifest, to `gs://BUCKET/PREFIX/<path>`.
-Nothing is sent when the URL breaks the bucket naming rules, a path leads outside SOURCE_DIR
-(absolute, `..`, a symlink out of it), or a listed file no longer has the manifest's md5
-(`.state/` ledgers vouch for files whose size and mtime are unchanged; others are hashed).
-Each object carries the file's md5 (the manifest's, else computed) in its metadata, so the
-bucket refuses other bytes, and the md5 the bucket then reports is compared again: a mismatch
-ends the run with a one-line error naming the object. Objects already in the bucket with the
-right md5 are skipped; a file larger than one chunk goes through a resumable session kept in
-`SOURCE_DIR/.state/upload/`, so a re-run after an interruption continues it. Credentials:
-Google's default ones, or none with STORAGE_EMULATOR_HOST (see `cleanup_scripts/storage.py`).
-
-Prints one line of what was done and the summary: files, MB sent, seconds, MB/s.
+The command line of `cleanup_scripts.artifacts.upload` (see there), kept under its old name.
 """
-from __future__ import annotations
-
-import argparse
-import time
-from pathlib import Path
-
-from cleanup_scripts import storage
-from cleanup_scripts.runner import exit_on_input_error, report
-
-DEFAULT_SOURCE = "build/dataset"
-
-
-def main(argv: list[str] | None = None) -> None:
-    """CLI: upload SOURCE_DIR to BUCKET and check every object's md5."""
-    parser = argparse.ArgumentParser(
-        description="Upload a prepared dataset to gs://bucket/prefix (parallel, resumable, "
-                    "md5-verified).")
-    parser.add_argument("--bucket", required=True, metavar="gs://BUCKET/PREFIX",
-                        help="Where the dataset goes; objects are named PREFIX/<path>.")
-    parser.add_argument("--source_dir", default=DEFAULT_SOURCE,
-                        help=f"The dataset to upload (default {DEFAULT_SOURCE}).")
-    parser.add_argument("--nworker", type=int, default=storage.DEFAULT_THREADS,
-                        help=f"Files uploaded at once, in threads (0: "
-                             f"{storage.DEFAULT_THREADS}).")
-    parser.add_argument("--chunk_mb", type=float, default=storage.DEFAULT_CHUNK_SIZE >> 20,
-                        help="Size of each request of a resumable upload, in MiB (rounded up "
-                             "to 256 KiB); larger files are uploaded in such chunks.")
-    parser.add_argument("--state_dir", default=None,
-                        help="Where unfinished upload sessions are kept "
-                             "(default SOURCE_DIR/.state/upload).")
-    args = parser.parse_args(argv)
-    url = storage.parse_gcs_url(args.bucket)
-    started = time.time()
-    transfers = storage.upload_tree(Path(args.source_dir), url, args.nworker,
-                                    storage.chunk_size_bytes(args.chunk_mb), args.state_dir)
-    print(storage.describe(transfers, "upload", f"to {url}"), flush=True)
-    report(storage.summary("upload", transfers, started))
-
+from benchmark.errors import exit_on_user_error
+from cleanup_scripts.artifacts.upload import main
 
 if __name__ == "__main__":
-    exit_on_input_error(main)
+    exit_on_user_error(main)

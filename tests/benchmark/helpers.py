@@ -9,7 +9,7 @@ from pathlib import Path
 
 from mlperf_logging.compliance_checker import mlp_compliance
 
-from benchmark.example_submission import SYSTEM_FIELDS
+from benchmark.official import SYSTEM_FIELDS
 from tests.benchmark.synthetic import RunSpec, write_run
 
 SYSTEM = "1xSyntheticA100x8"

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from benchmark.errors import exit_on_user_error
 import cleanup_scripts
-from cleanup_scripts import checksums, download
+from cleanup_scripts import checksums
+from cleanup_scripts.artifacts import download
 from cleanup_scripts.fileio import InputError
-from cleanup_scripts.runner import exit_on_input_error
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 MAGIC_WORDS_DUMP = FIXTURES / "wiki-dump" / "magic-words.xml.bz2"
@@ -113,7 +114,7 @@ def server():
 def run_cli(args):
     """Run download's CLI as `python -m` would; returns its exit status (0 when it returns)."""
     try:
-        exit_on_input_error(lambda: download.main(args))
+        exit_on_user_error(lambda: download.main(args))
     except SystemExit as exit_info:
         return exit_info.code
     return 0

@@ -28,8 +28,8 @@ import zipfile
 
 import pytest
 
-from cleanup_scripts import download
-from cleanup_scripts.runner import exit_on_input_error
+from benchmark.errors import exit_on_user_error
+from cleanup_scripts.artifacts import download
 
 INPUTS, PROCESSED = "bert-input-files", "bert-preprocessed-wikipedia-dataset"
 DUMP = "enwiki-20200101-pages-articles-multistream.xml.bz2"
@@ -309,7 +309,7 @@ def downloader(tmp_path):
 def run_cli(args):
     """Run download's CLI as `python -m` would; returns its exit status (0 when it returns)."""
     try:
-        exit_on_input_error(lambda: download.main(args))
+        exit_on_user_error(lambda: download.main(args))
     except SystemExit as exit_info:
         return exit_info.code
     return 0

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmark.errors import exit_on_user_error
 import cleanup_scripts
 from cleanup_scripts import dump_chunks, extract, wikiextractor_275
 from cleanup_scripts.fileio import InputError
-from cleanup_scripts.runner import exit_on_input_error
 from tests.cleanup_scripts import dump_cases
 
 REPO = Path(__file__).resolve().parents[2]
@@ -218,7 +218,7 @@ def test_dump_without_siteinfo_is_an_error(tmp_path, capsys):
 
 def run_cli_error(args, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        exit_on_input_error(lambda: extract.main(args))
+        exit_on_user_error(lambda: extract.main(args))
     assert exit_info.value.code == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err

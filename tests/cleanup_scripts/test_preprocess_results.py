@@ -33,15 +33,16 @@ SMALL = ("--max_seq_length=128", "--max_predictions_per_seq=20", "--dupe_factor=
 RUNNER = r"""
 import os, sys
 from absl import app
-from cleanup_scripts import checksums, ledger, preprocess, verify
+from benchmark import files
+from cleanup_scripts import checksums, ledger, preprocess
 table = sys.argv.pop(1)
 official = checksums.known_artifacts
 checksums.known_artifacts = lambda *args: official(table)
-real_md5 = verify.md5_file
+real_md5 = files.md5_file
 def traced(path, progress=None):
     os.write(2, f"hashed {os.path.realpath(path)}\n".encode())  # one write: workers share it
     return real_md5(path, progress)
-verify.md5_file = ledger.md5_file = traced
+files.md5_file = ledger.md5_file = traced
 if os.environ.get("NO_HARD_LINKS"):
     def no_link(*args, **kwargs):
         raise OSError(18, "Invalid cross-device link")

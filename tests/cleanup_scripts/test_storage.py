@@ -24,7 +24,8 @@ pytest.importorskip("gcp_storage_emulator", reason="the GCS emulator (test extra
 google_crc32c = pytest.importorskip("google_crc32c")
 
 import cleanup_scripts  # noqa: E402
-from cleanup_scripts import checksums, storage, verify_bucket  # noqa: E402
+from cleanup_scripts import checksums  # noqa: E402
+from cleanup_scripts.artifacts import storage, verify_bucket  # noqa: E402
 from cleanup_scripts.fileio import InputError  # noqa: E402
 from cleanup_scripts.ledger import OutputLedger  # noqa: E402
 from tests.conftest import REPO, md5_of, run_module  # noqa: E402

@@ -4,9 +4,11 @@ import shutil
 
 import pytest
 
+from benchmark import files
+from benchmark.errors import exit_on_user_error
 import cleanup_scripts
-from cleanup_scripts import checksums, verify
-from cleanup_scripts.runner import exit_on_input_error
+from cleanup_scripts import checksums
+from cleanup_scripts.artifacts import verify, verify_dir
 
 OFFICIAL_EVAL_MD5 = checksums.CHECKSUMS_DIR / checksums.EVAL_ARTICLES_FILE
 
@@ -29,14 +31,14 @@ def test_md5_helpers(tmp_path):
     path = tmp_path / "data"
     payload = bytes(range(256)) * 9000  # more than one chunk
     path.write_bytes(payload)
-    assert verify.md5_file(path) == hashlib.md5(payload).hexdigest()
-    assert verify.verify_file(path, hashlib.md5(payload).hexdigest().upper())
-    assert not verify.verify_file(path, "0" * 32)
-    assert not verify.verify_file(tmp_path / "absent", "0" * 32)
+    assert files.md5_file(path) == hashlib.md5(payload).hexdigest()
+    assert files.verify_file(path, hashlib.md5(payload).hexdigest().upper())
+    assert not files.verify_file(path, "0" * 32)
+    assert not files.verify_file(tmp_path / "absent", "0" * 32)
 
 
 def test_reports_ok_and_missing(dataset_dir):
-    found = statuses(verify.check_directory(dataset_dir))
+    found = statuses(verify_dir.check_directory(dataset_dir))
     assert found["vocab.txt"] == "ok"
     assert found["bert_config.json"] == "ok"
     assert found["results/eval.md5"] == "ok"
@@ -51,7 +53,7 @@ def test_reports_differs_by_size_and_by_md5(dataset_dir):
     vocab = bytearray(cleanup_scripts.VOCAB_FILE.read_bytes())
     vocab[0] ^= 1  # same size, other md5
     (dataset_dir / "vocab.txt").write_bytes(bytes(vocab))
-    findings = {f.artifact.path: f for f in verify.check_directory(dataset_dir)}
+    findings = {f.artifact.path: f for f in verify_dir.check_directory(dataset_dir)}
     assert findings["results/eval.txt"].status == "differs"
     assert "expected 32851144" in findings["results/eval.txt"].detail
     assert findings["vocab.txt"].status == "differs"
@@ -82,7 +84,7 @@ def test_partial_eval_md5_match_count(tmp_path):
     ours = official[:3] + [hashlib.md5(b"not an eval article").hexdigest()] * 2
     path = tmp_path / "eval.md5"
     path.write_text("\n".join(ours) + "\n")
-    assert verify.count_official_eval_hashes(path) == (3, 5)
+    assert checksums.count_official_eval_hashes(path) == (3, 5)
 
 
 def test_reference_layouts_are_recognised(tmp_path, capsys):
@@ -93,7 +95,7 @@ def test_reference_layouts_are_recognised(tmp_path, capsys):
     fe = tmp_path / "cleanup_scripts" / "text" / "FE"
     fe.mkdir(parents=True)
     (fe / "wiki_17").write_text("<doc>\n")
-    findings = {f.artifact.path: f for f in verify.check_directory(tmp_path)}
+    findings = {f.artifact.path: f for f in verify_dir.check_directory(tmp_path)}
     assert findings["vocab.txt"].status == "ok"
     assert findings["results/eval.md5"].status == "ok"
     assert findings["text/FE/wiki_17"].status == "differs"
@@ -106,6 +108,6 @@ def test_reference_layouts_are_recognised(tmp_path, capsys):
 
 def test_missing_directory_is_a_one_line_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        exit_on_input_error(lambda: verify.main([str(tmp_path / "absent")]))
+        exit_on_user_error(lambda: verify.main([str(tmp_path / "absent")]))
     assert exit_info.value.code == 1
     assert capsys.readouterr().err.strip().endswith("absent: not a directory")

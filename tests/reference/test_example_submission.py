@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import json
 
-from benchmark.example_submission import SYSTEM_FIELDS, system_description
+from benchmark.official import SYSTEM_FIELDS
+from reference.example_submission import system_description
 from tests.conftest import REPO, run_module
 
 EXAMPLE = REPO / "submissions" / "MLPerfHarness"

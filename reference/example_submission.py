@@ -1,6 +1,6 @@
 """Build a submission tree from real runs of our trainer (`make example-submission`).
 
-    python -m benchmark.example_submission --org=MLPerfHarness --runs=10 \\
+    python -m reference.example_submission --org=MLPerfHarness --runs=10 \\
         [--preset=demo] [--train_args="--target_mlm_accuracy=0.06"] [--output=submissions]
 
 Runs `python -m reference.run_pretraining --preset=PRESET --seed=i` for i = 1..RUNS, each in
@@ -8,6 +8,9 @@ its own output folder under build/example/, and writes the MLPerf submission lay
 OUTPUT/ORG/results/SYSTEM/bert/result_{i-1}.txt (each run's MLPerf log) and
 OUTPUT/ORG/systems/SYSTEM.json describing this machine. The tree is then checked with
 `python -m benchmark.check --submission`; the exit status is the checker's.
+
+It runs the trainer, so it sits with it in `reference/`, above `benchmark/` and
+`cleanup_scripts/`.
 """
 from __future__ import annotations
 
@@ -23,21 +26,9 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir
-from cleanup_scripts.runner import exit_on_input_error
-
-# The fields mlperf_logging's system_desc_checker requires of systems/<system>.json.
-SYSTEM_FIELDS = (
-    "submitter", "division", "status", "system_name", "number_of_nodes",
-    "host_processors_per_node", "host_processor_model_name", "host_processor_core_count",
-    "host_processor_vcpu_count", "host_processor_frequency", "host_processor_caches",
-    "host_processor_interconnect", "host_memory_capacity", "host_storage_type",
-    "host_storage_capacity", "host_networking", "host_networking_topology",
-    "host_memory_configuration", "accelerators_per_node", "accelerator_model_name",
-    "accelerator_host_interconnect", "accelerator_frequency", "accelerator_on-chip_memories",
-    "accelerator_memory_configuration", "accelerator_memory_capacity",
-    "accelerator_interconnect", "accelerator_interconnect_topology", "cooling", "hw_notes",
-    "framework", "other_software_stack", "operating_system", "sw_notes")
+from benchmark.errors import exit_on_user_error
+from benchmark.files import InputError, atomic_output, ensure_dir
+from benchmark.official import SYSTEM_FIELDS
 
 
 def _cpu_model() -> str:
@@ -73,7 +64,7 @@ def system_description(org: str, division: str, system_name: str) -> dict[str, s
         framework=f"TensorFlow {tf.__version__}",
         operating_system=f"{platform.system()} {platform.release()}",
         other_software_stack=f"Python {platform.python_version()}",
-        sw_notes="Made by benchmark.example_submission from runs of reference.run_pretraining.")
+        sw_notes="Made by reference.example_submission from runs of reference.run_pretraining.")
     return description
 
 
@@ -119,4 +110,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    exit_on_input_error(main)
+    exit_on_user_error(main)

@@ -3,7 +3,7 @@
     python -m cleanup_scripts.verify gs://BUCKET/PREFIX     (or: make verify DIR=gs://...)
 
 Each known artifact (see `checksums/`) is looked for under the prefix in the same layouts as
-`cleanup_scripts.verify` looks in a directory (ours, then the reference's), and reported as
+`cleanup_scripts.artifacts.verify_dir` looks in a directory (ours, then the reference's), and reported as
 `ok`, `differs` or `missing` from the object's size and its md5 in the bucket's metadata: one
 listing, no object is read. The only object read is a `results/eval.md5` (330 KB), to count
 its hashes among the official 10,000 as the directory check does. An object without an md5 in
@@ -16,16 +16,17 @@ from pathlib import Path, PurePosixPath
 
 from google.api_core import exceptions as api_exceptions
 
-from cleanup_scripts import checksums, storage, verify
-from cleanup_scripts.fileio import InputError
-from cleanup_scripts.verify import Finding
+from benchmark.files import InputError
+from cleanup_scripts import checksums
+from cleanup_scripts.artifacts import storage
+from cleanup_scripts.artifacts.verify_dir import Finding
 
 
 def check_remote_artifact(objects: dict[str, storage.RemoteObject],
                           artifact: checksums.Artifact) -> Finding:
     """Compare `artifact` with the first of its candidate objects in `objects` (keyed by path
     under the prefix); `found_at` is that path."""
-    for candidate in verify.candidate_paths(artifact.path):
+    for candidate in checksums.candidate_paths(artifact.path):
         remote = objects.get(candidate)
         if remote is not None:
             break
@@ -73,4 +74,4 @@ def count_official_eval_hashes_in_bucket(url: storage.GcsUrl, findings: list[Fin
                 .download_to_filename(str(local), client=client)
         except api_exceptions.GoogleAPIError as err:
             raise InputError(f"{where}: cannot read ({err})") from err
-        return (found.as_posix(), *verify.count_official_eval_hashes(local))
+        return (found.as_posix(), *checksums.count_official_eval_hashes(local))

@@ -1,0 +1,7 @@
+"""The benchmark's artifacts on the network and on disk: the GCS client (`storage`), official
+downloads (`download`), bucket uploads (`upload`) and md5 checks of a folder or a bucket copy
+(`verify`, `verify_dir`, `verify_bucket`). The tables of official md5s and sizes, and where
+each artifact may sit, are `cleanup_scripts.checksums`.
+
+`python -m cleanup_scripts.download|upload|verify|storage` run these modules' `main`.
+"""

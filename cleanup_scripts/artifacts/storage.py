@@ -1,0 +1,784 @@
+"""Google Cloud Storage for the dataset: `gs://` URLs, listing with md5s, and parallel,
+resumable, md5-verified uploads and downloads.
+
+    python -m cleanup_scripts.storage ls gs://bucket/prefix
+    python -m cleanup_scripts.storage download gs://bucket/prefix DIR [--nworker=8]
+
+(`python -m cleanup_scripts.upload` uploads a dataset; `python -m cleanup_scripts.verify
+gs://bucket/prefix` checks a bucket copy against `checksums/`.)
+
+Credentials: Google's default credentials (`gcloud auth application-default login`, a service
+account in GOOGLE_APPLICATION_CREDENTIALS, or the metadata server on Google Cloud). When
+STORAGE_EMULATOR_HOST is set (`http://127.0.0.1:9023`), every request goes to that emulator
+without credentials instead.
+
+A `gs://` URL is checked before any request (`parse_gcs_url`: the bucket naming rules), and
+an upload refuses, before sending anything, a path that leads outside the source directory
+(absolute, `..`, a symlink out of it) and a file whose md5 is no longer the one `manifest.tsv`
+lists (the pipeline's ledgers in `.state/` vouch for unchanged size and mtime; other files
+are hashed again).
+
+Every transfer is checked against an md5: an upload sends the file's md5 (from the dataset's
+`manifest.tsv`, else computed) in the object's metadata, so the bucket itself rejects other
+bytes, and the md5 the bucket reports afterwards is compared again; a download is compared
+with the object's md5 before it is renamed into place.
+
+Resumption: an upload skips objects already in the bucket with the right md5; a file larger
+than one chunk goes through a resumable upload session whose URL is kept in a small state file
+(`<source_dir>/.state/upload/`), so a re-run after an interruption continues from the bytes the
+bucket already holds. A download writes `<file>.partial`, and a re-run continues it with a
+ranged read.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import concurrent.futures
+import contextlib
+import json
+import os
+import re
+import sys
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Callable, Iterable
+
+import requests
+from google.api_core import exceptions as api_exceptions
+from google.auth import exceptions as auth_exceptions
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import storage
+from tqdm import tqdm
+
+from benchmark.errors import exit_on_user_error
+from benchmark.files import md5_file
+from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir
+from cleanup_scripts.layout import DatasetLayout
+from cleanup_scripts.ledger import Entry, OutputLedger
+from cleanup_scripts.runner import StageSummary, report
+
+GS_SCHEME = "gs://"
+EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
+MANIFEST = "manifest.tsv"
+
+# Resumable-upload chunks must be multiples of 256 KiB (except the last one).
+CHUNK_QUANTUM = 256 << 10
+DEFAULT_CHUNK_SIZE = 16 << 20
+# Files up to this size (and up to one chunk) go in one request; larger ones by a session.
+SINGLE_REQUEST_MAX = 8 << 20
+DEFAULT_THREADS = 8
+TIMEOUT_S = (30, 300)  # connect, read
+RETRIES = 5
+RETRY_WAIT_S = 1.0
+OBJECT_NAME_MAX_BYTES = 1024
+_IP_ADDRESS = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3}){3}")
+_GOOGLE = re.compile(r"g[o0][o0]gle")
+
+
+# ----------------------------------------------------------------------------------------------
+# URLs, clients, md5s
+
+
+@dataclass(frozen=True)
+class GcsUrl:
+    """A parsed `gs://bucket/prefix`; `prefix` has no leading or trailing slash."""
+
+    bucket: str
+    prefix: str = ""
+
+    def object_name(self, relative: str) -> str:
+        """The object name of `relative` (a `/`-separated path) under this prefix."""
+        return f"{self.prefix}/{relative}" if self.prefix else relative
+
+    def relative(self, name: str) -> str:
+        """The path of object `name` relative to this prefix."""
+        return name[len(self.prefix) + 1:] if self.prefix else name
+
+    def child(self, relative: str) -> str:
+        """The `gs://` URL of `relative` under this prefix."""
+        return f"{GS_SCHEME}{self.bucket}/{self.object_name(relative)}"
+
+    def __str__(self) -> str:
+        return f"{GS_SCHEME}{self.bucket}/{self.prefix}" if self.prefix else \
+            f"{GS_SCHEME}{self.bucket}"
+
+
+def is_gcs_url(text: str | os.PathLike) -> bool:
+    """True for a `gs://…` string."""
+    return isinstance(text, str) and text.startswith(GS_SCHEME)
+
+
+def bucket_name_problem(name: str) -> str | None:
+    """Why `name` breaks Cloud Storage's bucket naming rules, or None when it follows them:
+    3-63 characters (up to 222 with dots, each dot-separated part at most 63), only lowercase
+    letters, digits, `-`, `_` and `.`, a letter or digit at both ends, not an IP address, no
+    `goog` prefix and no `google` (nor `g00gle`) inside."""
+    bad = sorted(set(re.sub(r"[a-z0-9._-]", "", name)))
+    if bad:
+        return (f"{', '.join(map(repr, bad))} not allowed (only lowercase letters, digits, "
+                f"'-', '_' and '.')")
+    if not 3 <= len(name) <= (222 if "." in name else 63):
+        return f"{len(name)} characters, must be 3 to 63 (up to 222 when it has dots)"
+    if any(len(part) > 63 for part in name.split(".")):
+        return "a dot-separated part is longer than 63 characters"
+    if not (name[0].isalnum() and name[-1].isalnum()):
+        return "must start and end with a letter or digit"
+    if _IP_ADDRESS.fullmatch(name):
+        return "must not be an IP address"
+    if name.startswith("goog"):
+        return "must not start with 'goog'"
+    if _GOOGLE.search(name):
+        return "must not contain 'google' or a look-alike"
+    return None
+
+
+def parse_gcs_url(url: str) -> GcsUrl:
+    """Parse `gs://bucket[/prefix]`, the one place `gs://` URLs are checked: InputError, in one
+    line naming the URL and the reason, for anything else, a bucket name that breaks the
+    naming rules (`bucket_name_problem`), or a prefix that no object name can start with."""
+    shown = url if isinstance(url, str) and url.isprintable() else repr(url)
+    if not is_gcs_url(url):
+        raise InputError(f"{shown}: not a gs://bucket/prefix URL")
+    bucket, _, prefix = url[len(GS_SCHEME):].partition("/")
+    prefix = prefix.strip("/")
+    if not bucket or any(part in ("", ".", "..") for part in prefix.split("/") if prefix):
+        raise InputError(f"{shown}: not a gs://bucket/prefix URL")
+    problem = bucket_name_problem(bucket)
+    if problem:
+        raise InputError(f"{shown}: invalid bucket name {bucket!r}: {problem}")
+    if "\r" in prefix or "\n" in prefix:
+        raise InputError(f"{shown}: object names cannot contain line breaks")
+    if len(prefix.encode("utf-8")) + 2 > OBJECT_NAME_MAX_BYTES:  # room for "/x" after it
+        raise InputError(f"{shown}: the prefix leaves no room for object names (at most "
+                         f"{OBJECT_NAME_MAX_BYTES} bytes in all)")
+    return GcsUrl(bucket, prefix)
+
+
+def md5_hex(md5_base64: str | None) -> str | None:
+    """The hex digest of a base64 `md5Hash` from object metadata (None stays None)."""
+    if not md5_base64:
+        return None
+    return base64.b64decode(md5_base64).hex()
+
+
+def md5_base64(md5_hexdigest: str) -> str:
+    """The base64 form of a hex md5, as object metadata's `md5Hash` holds it."""
+    return base64.b64encode(binascii.unhexlify(md5_hexdigest)).decode("ascii")
+
+
+def emulator_endpoint() -> str | None:
+    """The emulator's base URL from STORAGE_EMULATOR_HOST (a scheme added if missing)."""
+    host = os.environ.get(EMULATOR_ENV, "").strip()
+    if not host:
+        return None
+    return host if "://" in host else "http://" + host
+
+
+def make_client() -> storage.Client:
+    """A storage client: the emulator of STORAGE_EMULATOR_HOST without credentials, else
+    Google's default credentials (InputError, in one line, when there are none)."""
+    endpoint = emulator_endpoint()
+    if endpoint:
+        return storage.Client(credentials=AnonymousCredentials(), project="emulator",
+                              client_options={"api_endpoint": endpoint})
+    try:
+        return storage.Client()
+    except auth_exceptions.DefaultCredentialsError as err:
+        raise InputError("no Google Cloud credentials: run `gcloud auth application-default "
+                         "login` or set GOOGLE_APPLICATION_CREDENTIALS") from err
+
+
+def _api_error(where: str, err: Exception) -> InputError:
+    """A one-line InputError for a failed storage call about `where`."""
+    if isinstance(err, api_exceptions.NotFound):
+        return InputError(f"{where}: not found (no such bucket or object)")
+    if isinstance(err, api_exceptions.Forbidden):
+        return InputError(f"{where}: permission denied ({err.message})")
+    message = getattr(err, "message", None) or str(err)
+    return InputError(f"{where}: {type(err).__name__}: {message.splitlines()[0][:300]}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Listing
+
+
+@dataclass(frozen=True)
+class RemoteObject:
+    """One object: its name, size, md5 (hex; None for composite objects) and generation."""
+
+    name: str
+    size: int
+    md5: str | None
+    generation: int | None = None
+
+
+def list_objects(url: GcsUrl, client: storage.Client | None = None) -> dict[str, RemoteObject]:
+    """Every object under `url`, keyed by its path relative to the prefix, with size and md5.
+
+    Only metadata is read. `gs://b/data` lists `data/...`, not `database/...`. Names that end
+    in `/` (folder placeholders) are left out.
+    """
+    client = client or make_client()
+    prefix = url.prefix + "/" if url.prefix else None
+    objects: dict[str, RemoteObject] = {}
+    try:
+        for blob in client.list_blobs(url.bucket, prefix=prefix,
+                                      fields="items(name,size,md5Hash,generation),nextPageToken"):
+            if blob.name.endswith("/"):
+                continue
+            objects[url.relative(blob.name)] = RemoteObject(
+                blob.name, int(blob.size or 0), md5_hex(blob.md5_hash), blob.generation)
+    except api_exceptions.GoogleAPIError as err:
+        raise _api_error(str(url), err) from err
+    return objects
+
+
+# ----------------------------------------------------------------------------------------------
+# Local files
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    """A file to upload: its path relative to the source directory, size and md5 (hex)."""
+
+    relative: str
+    path: Path
+    size: int
+    md5: str | None  # None: not known yet (computed when needed)
+
+
+def inside_source(root: Path, relative: str, where: str) -> Path:
+    """`root/relative`, refused (InputError naming `where` and the path) unless it stays inside
+    `root`: no absolute path, no `..`, `.` or empty component, no symlink (anywhere on the way)
+    whose target leaves `root`."""
+    if relative.startswith("/"):
+        raise InputError(f"{where}: {relative!r} is outside {root} (an absolute path)")
+    if any(part in ("", ".", "..") for part in relative.split("/")):
+        raise InputError(f"{where}: {relative!r} is not a plain relative path under {root} "
+                         f"(a '..', '.' or empty component)")
+    path = root / relative
+    target = path.resolve()
+    if not target.is_relative_to(root.resolve()):
+        raise InputError(f"{where}: {relative!r} is outside {root} (a symlink to {target})")
+    return path
+
+
+def _is_hidden(relative: PurePosixPath) -> bool:
+    return any(part.startswith(".") for part in relative.parts) or \
+        relative.name.endswith(".partial")
+
+
+def read_manifest(source_dir: Path) -> list[LocalFile]:
+    """The files listed in `source_dir/manifest.tsv` (path, bytes, md5), plus the manifest.
+
+    InputError when a listed path leads outside `source_dir` (see `inside_source`), or a
+    listed file is missing or has another size than the manifest says.
+    """
+    manifest = source_dir / MANIFEST
+    try:
+        lines = manifest.read_text(encoding="utf-8").splitlines()
+    except OSError as err:
+        raise InputError(f"{manifest}: cannot read ({err.strerror})") from err
+    files = []
+    for number, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) != 3 or not fields[1].isdigit() or len(fields[2]) != 32:
+            raise InputError(f"{manifest}:{number}: expected 'path<TAB>bytes<TAB>md5': "
+                             f"{line[:60]!r}")
+        relative, size, md5 = fields[0], int(fields[1]), fields[2].lower()
+        path = inside_source(source_dir, relative, f"{manifest}:{number}")
+        try:
+            actual = path.stat().st_size
+        except OSError as err:
+            raise InputError(f"{path}: listed in {MANIFEST} but cannot be read "
+                             f"({err.strerror})") from err
+        if actual != size:
+            raise InputError(f"{path}: {actual} bytes, {MANIFEST} says {size}")
+        files.append(LocalFile(relative, path, size, md5))
+    files.append(LocalFile(MANIFEST, manifest, manifest.stat().st_size, None))
+    return files
+
+
+def local_files(source_dir: str | os.PathLike) -> list[LocalFile]:
+    """What an upload of `source_dir` sends: the files of its `manifest.tsv` and the manifest
+    itself when there is one (a `make preprocess` output), else every file in the tree except
+    hidden ones (`.state/`, `.*`) and `*.partial` downloads. InputError for a file (or a
+    manifest path) that leads outside `source_dir`."""
+    root = Path(source_dir)
+    if not root.is_dir():
+        raise InputError(f"{root}: not a directory")
+    if (root / MANIFEST).is_file():
+        return read_manifest(root)
+    files = []
+    for path in sorted(root.rglob("*")):
+        relative = PurePosixPath(path.relative_to(root).as_posix())
+        if path.is_file() and not _is_hidden(relative):
+            inside_source(root, str(relative), str(path))
+            files.append(LocalFile(str(relative), path, path.stat().st_size, None))
+    return files
+
+
+def _ledger_entries(root: Path) -> dict[str, list[Entry]]:
+    """What the pipeline's ledgers (`root/.state/<stage>.outputs`) recorded of each path."""
+    recorded: dict[str, list[Entry]] = {}
+    for ledger in sorted(DatasetLayout(root).state_dir.glob("*.outputs")):
+        for relative, entry in OutputLedger(ledger, root).entries().items():
+            recorded.setdefault(relative, []).append(entry)
+    return recorded
+
+
+def current_md5(local: LocalFile, root: Path, recorded: dict[str, list[Entry]]) -> str:
+    """The md5 of `local` as it is now: a ledger's (see `_ledger_entries`) when it recorded the
+    file's present size and mtime, else the md5 of its bytes."""
+    try:
+        stat = local.path.stat()
+        for entry in recorded.get(str(local.path.resolve().relative_to(root.resolve())), ()):
+            if (entry.size, entry.mtime_ns) == (stat.st_size, stat.st_mtime_ns):
+                return entry.md5
+        return md5_file(local.path)
+    except OSError as err:
+        raise InputError(f"{local.path}: cannot read ({err.strerror})") from err
+
+
+def check_manifest_md5s(files: list[LocalFile], source_dir: str | os.PathLike, url: GcsUrl,
+                        existing: dict[str, RemoteObject], nworker: int = DEFAULT_THREADS
+                        ) -> None:
+    """Check that every file listed with an md5 (from `manifest.tsv`) still has that md5, in
+    `nworker` threads, cheaply where a ledger vouches for it (`current_md5`).
+
+    InputError naming the first file that changed since the manifest was written, with the
+    manifest's md5, the file's and the bucket's (or that the object is absent).
+    """
+    root = Path(source_dir)
+    listed = [local for local in files if local.md5]
+    recorded = _ledger_entries(root)
+    with concurrent.futures.ThreadPoolExecutor(_thread_count(nworker, len(listed))) as pool:
+        actual = list(pool.map(lambda local: current_md5(local, root, recorded), listed))
+    changed = [(local, md5) for local, md5 in zip(listed, actual) if md5 != local.md5]
+    if not changed:
+        return
+    local, md5 = changed[0]
+    remote = existing.get(local.relative)
+    bucket = f"bucket md5 {remote.md5 or 'none'}" if remote else "not in the bucket"
+    more = f"; {len(changed) - 1} more files changed too" if len(changed) > 1 else ""
+    raise InputError(f"{local.path}: changed since {MANIFEST} was written: manifest md5 "
+                     f"{local.md5}, file md5 {md5}, {bucket} ({url.child(local.relative)}); "
+                     f"nothing uploaded{more}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Upload
+
+
+@dataclass
+class Transfer:
+    """What happened to one file: `present` (already there with the right md5), `uploaded`,
+    `resumed` (continued from byte `resumed_from`) or `downloaded`."""
+
+    relative: str
+    size: int
+    action: str
+    sent: int = 0  # bytes moved by this run
+    resumed_from: int = 0
+
+
+class _Retryable(Exception):
+    """A transient failure (network, 5xx, 429) of one request of a resumable upload."""
+
+
+def chunk_size_bytes(megabytes: float) -> int:
+    """`megabytes` MiB rounded up to a multiple of 256 KiB (the unit GCS requires)."""
+    size = max(1, int(megabytes * (1 << 20)))
+    return -(-size // CHUNK_QUANTUM) * CHUNK_QUANTUM
+
+
+def state_path(state_dir: Path, url: str) -> Path:
+    """The state file of the resumable upload to `url` (a readable, escaped name)."""
+    return state_dir / (urllib.parse.quote(url, safe="") + ".json")
+
+
+def _read_state(path: Path, expected: dict) -> dict | None:
+    """The saved session for `expected` (same object, size and md5), or None."""
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if any(state.get(key) != value for key, value in expected.items()):
+        return None
+    return state if isinstance(state.get("session_url"), str) else None
+
+
+def _write_state(path: Path, state: dict) -> None:
+    with atomic_output(path) as out:
+        json.dump(state, out, indent=1)
+
+
+def _received_bytes(response: requests.Response) -> int:
+    """Bytes a 308 (Resume Incomplete) says the bucket holds: `Range: bytes=0-N` → N+1."""
+    value = response.headers.get("Range", "")
+    if not value.startswith("bytes=0-"):
+        return 0
+    return int(value.rsplit("-", 1)[1]) + 1
+
+
+def _put(session: requests.Session, url: str, data: bytes, content_range: str
+         ) -> requests.Response:
+    try:
+        response = session.put(url, data=data, headers={"Content-Range": content_range},
+                               timeout=TIMEOUT_S)
+    except requests.RequestException as err:
+        raise _Retryable(str(err)) from err
+    if response.status_code >= 500 or response.status_code == 429:
+        raise _Retryable(f"HTTP {response.status_code}")
+    return response
+
+
+def _session_offset(session: requests.Session, session_url: str, size: int
+                    ) -> tuple[int | None, dict | None]:
+    """Ask a resumable session how far it got: (bytes held, None); (size, object resource)
+    when it already finished; (None, None) when the session is gone."""
+    response = _put(session, session_url, b"", f"bytes */{size}")
+    if response.status_code == 308:
+        return _received_bytes(response), None
+    if response.status_code in (200, 201):
+        return size, response.json()
+    return None, None  # 404/410: expired or unknown; start again
+
+
+class _UploadError(Exception):
+    """The bucket refused the object (its message names the reason)."""
+
+
+def _chunked_upload(blob: storage.Blob, local: LocalFile, md5: str, chunk_size: int,
+                    state_file: Path, client: storage.Client, on_bytes: Callable[[int], None]
+                    ) -> tuple[dict, int, int]:
+    """Upload `local` through a resumable session, continuing a saved one; return
+    (object resource, bytes sent, byte it resumed from)."""
+    identity = {"bucket": blob.bucket.name, "object": blob.name, "size": local.size, "md5": md5}
+    state = _read_state(state_file, identity)
+    session = requests.Session()
+    offset, resource, resumed_from = 0, None, 0
+    if state is not None:
+        offset, resource = _session_offset(session, state["session_url"], local.size)
+        if offset is None:
+            state, offset = None, 0
+        else:
+            resumed_from = offset
+    if state is None:
+        blob.md5_hash = md5_base64(md5)  # the bucket rejects the object if the bytes differ
+        try:
+            session_url = blob.create_resumable_upload_session(
+                content_type="application/octet-stream", size=local.size, client=client,
+                timeout=TIMEOUT_S, checksum=None)
+        except api_exceptions.GoogleAPIError as err:
+            raise _api_error(f"{GS_SCHEME}{blob.bucket.name}/{blob.name}", err) from err
+        state = dict(identity, session_url=session_url, started=time.time())
+    sent = 0
+    failures = 0
+    need_status = False  # after a failed request: ask the session how far it got
+    with open(local.path, "rb") as handle:
+        while resource is None:
+            try:
+                if need_status:
+                    held, resource = _session_offset(session, state["session_url"], local.size)
+                    if held is None:
+                        raise _UploadError("the upload session was lost; run again")
+                    offset, need_status = held, False
+                    continue
+                handle.seek(offset)
+                data = handle.read(chunk_size)
+                end = offset + len(data) - 1
+                response = _put(session, state["session_url"], data,
+                                f"bytes {offset}-{end}/{local.size}")
+                if response.status_code == 308:
+                    received = _received_bytes(response)
+                    sent += max(0, received - offset)
+                    on_bytes(max(0, received - offset))
+                    offset = received
+                    # Saved only once the bucket holds bytes: a new session has nothing to resume.
+                    _write_state(state_file, dict(state, offset=offset))
+                elif response.status_code in (200, 201):
+                    sent += len(data)
+                    on_bytes(len(data))
+                    resource = response.json()
+                elif response.status_code in (404, 410):
+                    raise _UploadError("the upload session expired; run again to restart it")
+                else:
+                    raise _UploadError(_error_message(response))
+                failures = 0
+            except _Retryable as err:
+                failures += 1
+                if failures > RETRIES:
+                    raise _UploadError(f"{err}; run again to resume from byte {offset}") from err
+                time.sleep(RETRY_WAIT_S * failures)
+                need_status = True
+    with contextlib.suppress(FileNotFoundError):
+        state_file.unlink()
+    return resource, sent, resumed_from
+
+
+def _error_message(response: requests.Response) -> str:
+    try:
+        message = response.json()["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = response.text[:200]
+    return f"HTTP {response.status_code}: {message}"
+
+
+def _single_upload(blob: storage.Blob, local: LocalFile, md5: str, client: storage.Client
+                   ) -> str | None:
+    """Upload `local` in one request with its md5 in the metadata; the bucket's md5 (hex)."""
+    blob.md5_hash = md5_base64(md5)
+    try:
+        blob.upload_from_filename(str(local.path), content_type="application/octet-stream",
+                                  client=client, timeout=TIMEOUT_S, checksum=None)
+    except api_exceptions.BadRequest as err:
+        raise _UploadError(err.message) from err
+    except api_exceptions.GoogleAPIError as err:
+        raise _api_error(f"{GS_SCHEME}{blob.bucket.name}/{blob.name}", err) from err
+    except requests.RequestException as err:
+        raise _UploadError(f"network error: {err}") from err
+    return md5_hex(blob.md5_hash)
+
+
+def upload_file(client: storage.Client, url: GcsUrl, local: LocalFile,
+                existing: RemoteObject | None, chunk_size: int, state_dir: Path,
+                on_bytes: Callable[[int], None] = lambda count: None) -> Transfer:
+    """Upload one file unless the bucket already holds it with the same md5; then check the
+    md5 the bucket reports. InputError, naming the object, when it differs."""
+    target = url.child(local.relative)
+    md5 = local.md5 or md5_file(local.path)
+    if existing is not None and existing.md5 == md5 and existing.size == local.size:
+        state_path(state_dir, target).unlink(missing_ok=True)  # a session that had finished
+        on_bytes(local.size)
+        return Transfer(local.relative, local.size, "present")
+    blob = client.bucket(url.bucket).blob(url.object_name(local.relative))
+    resumed_from, sent = 0, local.size
+    try:
+        if local.size > min(chunk_size, SINGLE_REQUEST_MAX):
+            resource, sent, resumed_from = _chunked_upload(
+                blob, local, md5, chunk_size, state_path(state_dir, target), client, on_bytes)
+            remote_md5 = md5_hex(resource.get("md5Hash"))
+        else:
+            remote_md5 = _single_upload(blob, local, md5, client)
+            on_bytes(local.size)
+    except _Retryable as err:
+        raise InputError(f"{target}: upload failed ({err}); run again to resume") from err
+    except _UploadError as err:
+        if "md5" in str(err).lower():
+            raise InputError(f"{target}: the bucket's md5 of the uploaded bytes is not {md5}, "
+                             f"the md5 of {local.path} ({err})") from err
+        raise InputError(f"{target}: upload failed ({err})") from err
+    if remote_md5 != md5:
+        raise InputError(f"{target}: md5 {remote_md5} in the bucket after upload, expected {md5} "
+                         f"({local.path})")
+    return Transfer(local.relative, local.size, "resumed" if resumed_from else "uploaded",
+                    sent, resumed_from)
+
+
+def _thread_count(nworker: int, items: int) -> int:
+    """Threads for `items` jobs: `nworker` (DEFAULT_THREADS when not positive), at most one
+    per job, at least one."""
+    return max(1, min(nworker if nworker > 0 else DEFAULT_THREADS, items or 1))
+
+
+def _run_in_threads(function: Callable, items: list, nworker: int, total_bytes: int,
+                    desc: str) -> list:
+    """Apply `function(client, item, on_bytes)` to each item in `nworker` threads (one storage
+    client per thread) with a byte progress bar. Every item is attempted; then the first
+    failure is raised (the others are printed on stderr)."""
+    local = threading.local()
+    bar = tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024, desc=desc,
+               leave=False, disable=None)
+    lock = threading.Lock()
+
+    def on_bytes(count: int) -> None:
+        with lock:
+            bar.update(count)
+
+    def job(item):
+        if not hasattr(local, "client"):
+            local.client = make_client()
+        return function(local.client, item, on_bytes)
+
+    results, errors = [], []
+    try:
+        with concurrent.futures.ThreadPoolExecutor(_thread_count(nworker, len(items))) as pool:
+            for future in [pool.submit(job, item) for item in items]:
+                try:
+                    results.append(future.result())
+                except InputError as err:
+                    errors.append(err)
+    finally:
+        bar.close()
+    for err in errors[1:]:
+        print(f"error: {err}", file=sys.stderr)
+    if errors:
+        more = f" (and {len(errors) - 1} more failures above)" if len(errors) > 1 else ""
+        raise InputError(f"{errors[0]}{more}")
+    return results
+
+
+def upload_tree(source_dir: str | os.PathLike, url: str | GcsUrl, nworker: int = DEFAULT_THREADS,
+                chunk_size: int = DEFAULT_CHUNK_SIZE, state_dir: str | os.PathLike | None = None
+                ) -> list[Transfer]:
+    """Upload `source_dir` (see `local_files`) to `url` in `nworker` threads, resuming where
+    an earlier run stopped; every object's md5 is checked. Returns one Transfer per file.
+
+    Nothing is uploaded unless every path stays inside `source_dir` and every file listed in
+    its manifest still has the manifest's size and md5 (`check_manifest_md5s`).
+    """
+    url = parse_gcs_url(url) if isinstance(url, str) else url
+    if chunk_size % CHUNK_QUANTUM:
+        raise InputError(f"chunk size {chunk_size}: not a multiple of {CHUNK_QUANTUM} bytes")
+    files = local_files(source_dir)
+    existing = list_objects(url, make_client())
+    check_manifest_md5s(files, source_dir, url, existing, nworker)
+    state_dir = ensure_dir(state_dir or Path(source_dir) / ".state" / "upload")
+    files.sort(key=lambda item: -item.size)  # big files first: a shorter tail
+    return _run_in_threads(
+        lambda client, local, on_bytes: upload_file(
+            client, url, local, existing.get(local.relative), chunk_size, state_dir, on_bytes),
+        files, nworker, sum(item.size for item in files), desc="upload")
+
+
+# ----------------------------------------------------------------------------------------------
+# Download
+
+
+def partial_name(dest: str | os.PathLike) -> Path:
+    """The resumable `.partial` file a download of `dest` writes to."""
+    dest = Path(dest)
+    return dest.with_name(dest.name + ".partial")
+
+
+def _safe_destination(root: Path, relative: str) -> Path:
+    parts = PurePosixPath(relative).parts
+    if not parts or relative.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise InputError(f"{relative}: object name is not a safe relative path")
+    return root.joinpath(*parts)
+
+
+def download_object(client: storage.Client, url: GcsUrl, relative: str, remote: RemoteObject,
+                    dest_dir: Path, chunk_size: int,
+                    on_bytes: Callable[[int], None] = lambda count: None) -> Transfer:
+    """Download one object to `dest_dir/relative` via `.partial` (continued if present),
+    check its md5 against the object's, then rename it into place."""
+    dest = _safe_destination(dest_dir, relative)
+    source = url.child(relative)
+    if dest.is_file() and dest.stat().st_size == remote.size and remote.md5 and \
+            md5_file(dest) == remote.md5:
+        on_bytes(remote.size)
+        return Transfer(relative, remote.size, "present")
+    ensure_dir(dest.parent)
+    partial = partial_name(dest)
+    for attempt in range(2):
+        offset = partial.stat().st_size if partial.exists() else 0
+        if offset > remote.size:
+            offset = 0
+        on_bytes(offset)
+        if offset < remote.size:
+            blob = client.bucket(url.bucket).blob(remote.name, chunk_size=chunk_size)
+            try:
+                with open(partial, "ab") as out:
+                    out.truncate(offset)
+                    before = out.tell()
+                    blob.download_to_file(out, client=client, start=offset or None,
+                                          if_generation_match=remote.generation,
+                                          timeout=TIMEOUT_S, checksum=None)
+                    on_bytes(out.tell() - before)
+            except api_exceptions.PreconditionFailed as err:
+                raise InputError(f"{source}: the object changed during the download; "
+                                 f"run again") from err
+            except api_exceptions.GoogleAPIError as err:
+                raise _api_error(source, err) from err
+            except requests.RequestException as err:
+                raise InputError(f"{source}: download failed ({err}); run again to resume "
+                                 f"from {partial.name}") from err
+        actual = md5_file(partial)
+        if remote.md5 is None or actual == remote.md5:
+            os.replace(partial, dest)
+            return Transfer(relative, remote.size, "resumed" if offset else "downloaded",
+                            remote.size - offset, offset)
+        partial.unlink()
+        if not offset:  # a fresh download that does not match: no point in another try
+            break
+    raise InputError(f"{source}: md5 {actual} of the download, the bucket says {remote.md5}; "
+                     f"download removed")
+
+
+def download_prefix(url: str | GcsUrl, dest_dir: str | os.PathLike,
+                    nworker: int = DEFAULT_THREADS, chunk_size: int = DEFAULT_CHUNK_SIZE
+                    ) -> list[Transfer]:
+    """Download every object under `url` to `dest_dir` (same relative paths) in `nworker`
+    threads; files already there with the right md5 are kept, `.partial`s are continued."""
+    url = parse_gcs_url(url) if isinstance(url, str) else url
+    dest_dir = ensure_dir(dest_dir)
+    objects = list_objects(url, make_client())
+    if not objects:
+        raise InputError(f"{url}: no objects")
+    items = sorted(objects.items(), key=lambda item: -item[1].size)
+    return _run_in_threads(
+        lambda client, item, on_bytes: download_object(
+            client, url, item[0], item[1], dest_dir, chunk_size, on_bytes),
+        items, nworker, sum(remote.size for remote in objects.values()), desc="download")
+
+
+# ----------------------------------------------------------------------------------------------
+# Reporting and CLI
+
+
+def describe(transfers: Iterable[Transfer], verb: str, where: str) -> str:
+    """One line: how many files were moved, resumed, or already there."""
+    transfers = list(transfers)
+    counts = {action: sum(t.action == action for t in transfers)
+              for action in ("present", "resumed")}
+    moved = len(transfers) - counts["present"]
+    line = f"{verb}: {len(transfers)} files {where}: {moved} transferred"
+    resumed = [t for t in transfers if t.action == "resumed"]
+    if resumed:
+        line += " (" + ", ".join(f"{t.relative} resumed at byte {t.resumed_from}"
+                                 for t in resumed[:5]) + (", …" if len(resumed) > 5 else "") + ")"
+    return line + f", {counts['present']} already there with the right md5"
+
+
+def summary(stage: str, transfers: list[Transfer], started: float) -> StageSummary:
+    """The stage summary: files, files transferred now, and bytes sent by this run."""
+    return StageSummary(stage, len(transfers), sum(t.action != "present" for t in transfers),
+                        sum(t.sent for t in transfers), started)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """CLI: `ls URL` (path, bytes, md5 of each object) or `download URL DIR`."""
+    parser = argparse.ArgumentParser(
+        description="List or download a gs://bucket/prefix (md5-verified, resumable).")
+    commands = parser.add_subparsers(dest="command", required=True)
+    listing = commands.add_parser("ls", help="Print path, bytes and md5 of every object.")
+    listing.add_argument("url", help="gs://bucket/prefix")
+    download = commands.add_parser("download", help="Download every object under URL to DIR.")
+    download.add_argument("url", help="gs://bucket/prefix")
+    download.add_argument("directory", metavar="DIR")
+    download.add_argument("--nworker", type=int, default=DEFAULT_THREADS,
+                          help=f"Parallel transfers (threads; default {DEFAULT_THREADS}).")
+    download.add_argument("--chunk_mb", type=float, default=DEFAULT_CHUNK_SIZE >> 20,
+                          help="Bytes per ranged request, in MiB (a .partial grows by this).")
+    args = parser.parse_args(argv)
+    url = parse_gcs_url(args.url)
+    if args.command == "ls":
+        for relative, remote in sorted(list_objects(url).items()):
+            print(f"{relative}\t{remote.size}\t{remote.md5 or '-'}")
+        return
+    started = time.time()
+    transfers = download_prefix(url, args.directory, args.nworker, chunk_size_bytes(args.chunk_mb))
+    print(describe(transfers, "download", f"from {url}"), flush=True)
+    report(summary("download", transfers, started))
+
+
+if __name__ == "__main__":
+    exit_on_user_error(main)
