@@ -1,16 +1,18 @@
-"""The reference's `--optimizer=adamw`: Adam with decoupled weight decay and no bias correction.
+"""The MLCommons reference's `--optimizer=adamw`: Adam with decoupled weight decay and no bias
+correction.
 
 Per variable w with (clipped) gradient g:
 
     m = beta_1 * m + (1 - beta_1) * g            v = beta_2 * v + (1 - beta_2) * g * g
-    u = m / (sqrt(v) + epsilon)                   (no bias correction, as in the reference)
+    u = m / (sqrt(v) + epsilon)                   (no bias correction, as in MLCommons')
     u = u + weight_decay_rate * w                 unless w's name matches an exclusion
     w = w - lr * u
 
-The reference fixes the hyper-parameters of this optimizer (weight decay 0.01, beta_1 0.9,
+The MLCommons reference fixes the hyper-parameters of this optimizer (weight decay 0.01, beta_1 0.9,
 beta_2 0.999, epsilon 1e-6, LayerNorm/layer_norm/bias excluded from decay) and ignores the
 `--lamb_*` flags for it; `DEFAULTS` holds those values. The benchmark itself uses LAMB
-(`reference.lamb`); AdamW is here because the reference offers it (and makes it its default).
+(`reference.lamb`); AdamW is here because the MLCommons reference offers it (and makes it its
+default).
 
 The interface is `reference.lamb.Lamb`'s: `build`, `slots`, `current_learning_rate`,
 `apply_gradients`, and the per-variable `update_variable` + `finish_update` a distributed
@@ -24,12 +26,12 @@ import tensorflow as tf
 
 from reference.lamb import DEFAULT_EXCLUDE, MomentOptimizer, densify, variable_name
 
-# The values the reference hard-codes for AdamWeightDecayOptimizer in create_optimizer.
+# The values the MLCommons reference hard-codes for AdamWeightDecayOptimizer in create_optimizer.
 DEFAULTS = {"weight_decay_rate": 0.01, "beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-6}
 
 
 class AdamWeightDecay(MomentOptimizer):
-    """The reference's AdamWeightDecayOptimizer (see the module docstring).
+    """The MLCommons reference's AdamWeightDecayOptimizer (see the module docstring).
 
     Args:
       learning_rate: a float, or a callable step -> learning rate.
@@ -65,7 +67,7 @@ class AdamWeightDecay(MomentOptimizer):
     def update_variable(self, var, grad, m, v, lr, beta_1_power=None, beta_2_power=None,
                         name: str | None = None) -> None:
         """The update of one variable and its moments (the beta powers are unused)."""
-        del beta_1_power, beta_2_power  # no bias correction in the reference's AdamW
+        del beta_1_power, beta_2_power  # no bias correction in the MLCommons reference's AdamW
         name = variable_name(var) if name is None else name
         m_t = tf.multiply(self.beta_1, m) + tf.multiply(1.0 - self.beta_1, grad)
         v_t = tf.multiply(self.beta_2, v) + tf.multiply(1.0 - self.beta_2, tf.square(grad))

@@ -1,4 +1,5 @@
-"""`make bench-train`: training speed and eval time, ours against the reference TF1 graph.
+"""`make bench-train`: training speed and eval time, ours against the MLCommons reference's TF1
+graph.
 
     python -m reference.bench --reference_dir=PATH/retired_benchmarks/bert \\
         [--bert_config_file=reference/presets/demo_bert_config.json] [--batch_size=8] \\
@@ -6,15 +7,16 @@
         [--eval_batch_size=8] [--repeats=1] [--output=build/bench/train.md]
 
 Both sides get the same BERT config, the same synthetic batches (random ids within the
-vocabulary from a fixed seed, real shapes) and the reference's default optimizer flags (LAMB,
-learning rate 5e-5, 100,000 steps, 10,000 warm-up steps, beta 0.9/0.999, weight decay 0.01,
-log epsilon -6, one micro-batch per update). Each side runs in its own process, so TF1 graph
-mode and TF2 never share one:
+vocabulary from a fixed seed, real shapes) and the MLCommons reference's default optimizer
+flags, which are `OptimizerSettings()` (LAMB, learning rate 5e-5, 100,000 steps, 10,000 warm-up
+steps, beta 0.9/0.999, weight decay 0.01, log epsilon -6, one micro-batch per update). Each
+side runs in its own process, so TF1 graph mode and TF2 never share one:
 
-- reference: `modeling.BertModel` with the heads of its `run_pretraining.py`
-  (`get_masked_lm_output`, `get_next_sentence_output`) and `optimization.create_optimizer`,
-  built by its own `model_fn_builder` in a `tf.compat.v1` Session; the eval runs the update
-  ops of its `metric_fn` (loss and accuracy metrics) batch by batch, then reads them.
+- reference (the MLCommons reference): `modeling.BertModel` with the heads of its
+  `run_pretraining.py` (`get_masked_lm_output`, `get_next_sentence_output`) and
+  `optimization.create_optimizer`, built by its own `model_fn_builder` in a `tf.compat.v1`
+  Session; the eval runs the update ops of its `metric_fn` (loss and accuracy metrics) batch by
+  batch, then reads them.
 - ours: `reference.trainer.Trainer` (the compiled `train_steps` and `evaluate` that
   `run_pretraining` uses), on the default strategy.
 
@@ -28,7 +30,7 @@ linearly to the benchmark's 10,000 eval samples. Ratios are ours/reference (abov
 sequences/s, below 1 for seconds, means ours is faster). With `--repeats=N` the sides alternate
 N times and the median times are reported, which steadies figures taken on a loaded machine.
 
-The reference is not part of this project: pass the folder of a checkout of the MLCommons
+The MLCommons reference is not part of this project: pass the folder of a checkout of the MLCommons
 training repository (`retired_benchmarks/bert`). Its modules are imported from there at run
 time (they use `tensorflow.compat.v1`), with `TF_USE_LEGACY_KERAS=1`.
 """
@@ -46,18 +48,21 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmark.constants import EVAL_SAMPLES
+from benchmark.errors import UserError, exit_on_user_error
+from reference.optimizer_settings import DEFAULT_OPTIMIZER
+
 DEFAULT_CONFIG = Path(__file__).resolve().parent / "presets" / "demo_bert_config.json"
-EVAL_SAMPLES = 10_000  # the benchmark's eval set (benchmark constants)
 WARMUP_STEPS = 2
 SEED = 12345
 REFERENCE_MODULES = ("modeling.py", "optimization.py", "lamb_optimizer_v1.py",
                      "run_pretraining.py")
-# The reference's own flag defaults (run_pretraining.py / optimization.py).
-REFERENCE_OPTIMIZER = {"optimizer": "lamb", "learning_rate": 5e-5, "num_train_steps": 100_000,
-                       "num_warmup_steps": 10_000, "start_warmup_step": 0, "poly_power": 1.0}
+# The MLCommons reference's own flag defaults (its run_pretraining.py / optimization.py), which
+# are OptimizerSettings' defaults.
+REFERENCE_OPTIMIZER = DEFAULT_OPTIMIZER
 
 
-class BenchError(Exception):
+class BenchError(UserError):
     """A problem with the bench's inputs; the message is one line."""
 
 
@@ -112,20 +117,13 @@ def run_ours(spec: dict) -> dict:
 
     from reference.bert_config import load_bert_config
     from reference.input_pipeline import EXAMPLE_WEIGHT
-    from reference.trainer import OptimizerSettings, Trainer
+    from reference.trainer import Trainer
 
     config = load_bert_config(spec["bert_config_file"])
     train, evals = _data(spec, config.vocab_size)
     tf.random.set_seed(SEED)
     strategy = tf.distribute.get_strategy()
-    settings = OptimizerSettings(
-        name=REFERENCE_OPTIMIZER["optimizer"],
-        learning_rate=REFERENCE_OPTIMIZER["learning_rate"],
-        num_train_steps=REFERENCE_OPTIMIZER["num_train_steps"],
-        num_warmup_steps=REFERENCE_OPTIMIZER["num_warmup_steps"],
-        start_warmup_step=REFERENCE_OPTIMIZER["start_warmup_step"],
-        poly_power=REFERENCE_OPTIMIZER["poly_power"])
-    trainer = Trainer(strategy, config, settings, spec["batch_size"])
+    trainer = Trainer(strategy, config, REFERENCE_OPTIMIZER, spec["batch_size"])
     trainer.initialize_weights(SEED)
 
     stacked = {k: tf.constant([b[k] for b in train]) for k in train[0]}
@@ -182,12 +180,12 @@ def run_reference(spec: dict) -> dict:
     train, evals = _data(spec, config.vocab_size)
     model_fn = run_pretraining.model_fn_builder(
         bert_config=config, init_checkpoint=None,
-        learning_rate=REFERENCE_OPTIMIZER["learning_rate"],
-        num_train_steps=REFERENCE_OPTIMIZER["num_train_steps"],
-        num_warmup_steps=REFERENCE_OPTIMIZER["num_warmup_steps"], use_tpu=False,
-        use_one_hot_embeddings=False, optimizer=REFERENCE_OPTIMIZER["optimizer"],
-        poly_power=REFERENCE_OPTIMIZER["poly_power"],
-        start_warmup_step=REFERENCE_OPTIMIZER["start_warmup_step"])
+        learning_rate=REFERENCE_OPTIMIZER.learning_rate,
+        num_train_steps=REFERENCE_OPTIMIZER.num_train_steps,
+        num_warmup_steps=REFERENCE_OPTIMIZER.num_warmup_steps, use_tpu=False,
+        use_one_hot_embeddings=False, optimizer=REFERENCE_OPTIMIZER.name,
+        poly_power=REFERENCE_OPTIMIZER.poly_power,
+        start_warmup_step=REFERENCE_OPTIMIZER.start_warmup_step)
 
     def placeholders(batch):
         return {k: tf.placeholder(tf.float32 if v.dtype.kind == "f" else tf.int32, v.shape,
@@ -418,8 +416,4 @@ def main(argv: list[str] | None = None) -> str:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except BenchError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(1)
+    exit_on_user_error(main)

@@ -19,11 +19,13 @@ from typing import Any, Mapping
 
 from absl import logging
 
-# Activation names the model implements (the reference's `get_activation` set).
+from benchmark.errors import UserError
+
+# Activation names the model implements (the MLCommons reference's `get_activation` set).
 ACTIVATIONS = ("gelu", "relu", "tanh", "linear")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A bad or incomplete BERT configuration; the message is one line naming the source."""
 
 
@@ -56,7 +58,8 @@ class BertConfig:
         return dataclasses.asdict(self)
 
     def without_dropout(self) -> "BertConfig":
-        """A copy with both dropout probabilities set to 0 (the reference's eval model)."""
+        """A copy with both dropout probabilities set to 0 (the MLCommons reference's eval
+        model)."""
         return dataclasses.replace(self, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
 

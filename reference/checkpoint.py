@@ -4,9 +4,9 @@ Initial checkpoints are read by name through explicit tables (`TF1_TABLE`, `TF2_
 row maps a checkpoint name to a model variable and says how the stored array becomes the
 variable's value. Variables are named relative to the model, as `BertPretrainingModel` names
 them (e.g. `bert/encoder/layer_0/attention/self/query/kernel`). Optimizer state, the global step
-and other training-only entries (`SKIPPED_PATTERNS`) are never restored, as in the reference,
-which initialises only the trainable variables. Restoring returns the checkpoint names restored,
-one per model tensor (the trainer logs an MLPerf `weights_initialization` event for each).
+and other training-only entries (`SKIPPED_PATTERNS`) are never restored, as in the MLCommons
+reference, which initialises only the trainable variables. Restoring returns the checkpoint names
+restored, one per model tensor (the trainer logs an MLPerf `weights_initialization` event for each).
 
 Row placeholders: `{layer}` is the transformer layer index 0..L-1; in TF2 keys `{layer4}` is
 layer + 4 and `{pooler}` is L + 4 (the position of that layer among the encoder's layers with
@@ -22,14 +22,17 @@ Transforms (checkpoint array -> variable value):
                [heads, head_size, hidden]).
 
 The official TF2 checkpoint (`tf2_ckpt/model.ckpt-28252`) is the object-based checkpoint that the
-reference TF2 port restores with `tf.train.Checkpoint(model=BertPretrainer)`: the encoder, the
-masked-LM head and the next-sentence head, no optimizer state. Its keys were determined by
-building that port's model (mlcommons/training f4da94be, language_model/tensorflow2/bert) and
+MLCommons reference's TF2 port restores with `tf.train.Checkpoint(model=BertPretrainer)`: the
+encoder, the masked-LM head and the next-sentence head, no optimizer state. Its keys were determined
+by building that port's model (mlcommons/training f4da94be, language_model/tensorflow2/bert) and
 saving it; the sizes agree with the official file's (tensor bytes = encoder + both heads). See
 tests/fixtures/reference_model/README.md.
 
-Our own checkpoints (`save_training_checkpoint` / `restore_training_checkpoint`) are object-based
-tf.train.Checkpoints of the model, the optimizer and the global step.
+Our own training checkpoints are object-based tf.train.Checkpoints (`training_checkpoint`) of the
+model, the optimizer, the global step and the trainer's counters: `reference.trainer.Trainer`
+saves them through a tf.train.CheckpointManager and restores them with
+`read_training_checkpoint`, the one restore path (`save_training_checkpoint` /
+`restore_training_checkpoint` do the same for a bare model, optimizer and step).
 
 Crash safety of training checkpoints: tf.train.CheckpointManager writes the data and index
 files into a temporary folder, renames them into place, and only then rewrites the `checkpoint`
@@ -52,6 +55,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from benchmark.errors import UserError
 from reference.error_text import one_line
 
 # ----------------------------------------------------------------------------------- tables
@@ -196,7 +200,7 @@ _FORMAT_MARKERS = ((TF1_FORMAT, "bert/embeddings/word_embeddings"),
 READ_ERRORS = (tf.errors.OpError, ValueError, IndexError, RuntimeError)
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError, ValueError):
     """A checkpoint that cannot initialise the model; the message is one line."""
 
 
@@ -355,7 +359,7 @@ def restore_with_table(model, path: str | os.PathLike,
 
 
 def load_tf1_checkpoint(model, path: str | os.PathLike) -> list[str]:
-    """Initialise `model` from a reference TF1 checkpoint (e.g. tf1_ckpt/model.ckpt-28252).
+    """Initialise `model` from an official TF1 checkpoint (e.g. tf1_ckpt/model.ckpt-28252).
 
     Returns the TF1 variable names restored (e.g. 'bert/embeddings/word_embeddings').
     Raises CheckpointError (one line) on a missing tensor or a shape mismatch.
@@ -403,6 +407,26 @@ def save_training_checkpoint(prefix: str | os.PathLike, model, optimizer=None,
     return path
 
 
+def read_training_checkpoint(path: str, checkpoint: tf.train.Checkpoint) -> None:
+    """Read the training checkpoint at prefix `path` into the objects of `checkpoint`.
+
+    Every object of `checkpoint` must be found in the file (a model-only read of a checkpoint
+    that also holds optimizer state is fine). Raises CheckpointError (one line) when the file
+    cannot be read or does not fit. The one way a training checkpoint is restored
+    (`restore_training_checkpoint`, `reference.trainer.Trainer.restore`).
+    """
+    try:
+        status = checkpoint.read(path)
+    except READ_ERRORS as err:
+        raise CheckpointError(f"{path}: cannot read checkpoint ({one_line(err)})") from err
+    try:
+        status.assert_existing_objects_matched()
+    except AssertionError as err:
+        raise CheckpointError(f"{path}: does not fit this model/optimizer "
+                              f"({one_line(err)})") from err
+    status.expect_partial()
+
+
 def restore_training_checkpoint(path: str | os.PathLike, model, optimizer=None,
                                 global_step: tf.Variable | None = None) -> str:
     """Restore what `save_training_checkpoint` wrote into the given objects.
@@ -421,13 +445,7 @@ def restore_training_checkpoint(path: str | os.PathLike, model, optimizer=None,
         path = latest
     if optimizer is not None and hasattr(optimizer, "build"):
         optimizer.build(model.trainable_variables)
-    checkpoint = training_checkpoint(model, optimizer, global_step)
-    try:
-        status = checkpoint.read(path)
-        status.assert_existing_objects_matched().expect_partial()
-    except (AssertionError, ValueError, tf.errors.OpError) as err:
-        raise CheckpointError(f"{path}: does not fit this model/optimizer "
-                              f"({one_line(err)})") from err
+    read_training_checkpoint(path, training_checkpoint(model, optimizer, global_step))
     logging.info("restored training checkpoint %s", path)
     return path
 

@@ -1,4 +1,4 @@
-"""Choosing the tf.distribute strategy from the reference's flags and the environment.
+"""Choosing the tf.distribute strategy from the MLCommons reference's flags and the environment.
 
     --use_tpu [--tpu_name --tpu_zone --gcp_project]  TPUStrategy over the TPU's cores
     TF_CONFIG set (a cluster with workers)           MultiWorkerMirroredStrategy
@@ -10,28 +10,28 @@ using it; with `devices=` a MirroredStrategy can then run n replicas on one CPU 
 distributed code paths are tested without accelerators).
 
 A strategy's replicas share one *global* batch: `--train_batch_size` and `--eval_batch_size` are
-totals across all replicas (and workers), as in the reference.
+totals across all replicas (and workers), as in the MLCommons reference.
 """
 from __future__ import annotations
 
 import json
 import os
 from dataclasses import dataclass
-from typing import Sequence
 
 import tensorflow as tf
 from absl import logging
 
+from benchmark.errors import UserError
 from reference.error_text import one_line
 
 
-class StrategyError(ValueError):
+class StrategyError(UserError, ValueError):
     """The requested devices cannot be set up; the message is one line."""
 
 
 @dataclass(frozen=True)
 class StrategyRequest:
-    """What the command line asks for (the reference's flag names)."""
+    """What the command line asks for (the MLCommons reference's flag names)."""
     use_tpu: bool = False
     tpu_name: str | None = None
     tpu_zone: str | None = None
@@ -150,11 +150,3 @@ def task_id(strategy: tf.distribute.Strategy) -> int:
         return 0
     return int(resolver.task_id)
 
-
-def devices_argument(value: Sequence[str] | str | None) -> tuple[str, ...]:
-    """Normalise a device list flag ("" or "a,b") to a tuple."""
-    if not value:
-        return ()
-    if isinstance(value, str):
-        value = value.split(",")
-    return tuple(v.strip() for v in value if v.strip())

@@ -1,5 +1,9 @@
-"""The one line of an exception that our one-line error messages quote."""
+"""The one line of an exception that our one-line error messages quote, and OutputError."""
 from __future__ import annotations
+
+import contextlib
+
+from benchmark.errors import UserError
 
 
 def one_line(err: BaseException) -> str:
@@ -9,7 +13,7 @@ def one_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
-class OutputError(Exception):
+class OutputError(UserError):
     """An output (checkpoint, summary, log, results file) that cannot be written; the message
     is one line naming the flag, the path and the reason."""
 
@@ -28,3 +32,14 @@ def write_failure(err: BaseException) -> str:
         text = text[text.find("}}") + 2:]
     text = text.split(" [Op:")[0].strip()
     return text.rsplit("; ", 1)[-1] or type(err).__name__
+
+
+@contextlib.contextmanager
+def writing(flag: str, path: str):
+    """Turn a failed write to `path` (an OSError, or any TensorFlow error: the block only
+    writes) into OutputError "<flag>: <path>: cannot write (<reason>)"."""
+    import tensorflow as tf
+    try:
+        yield
+    except (OSError, tf.errors.OpError) as err:
+        raise OutputError(f"{flag}: {path}: cannot write ({write_failure(err)})") from err

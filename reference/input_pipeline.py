@@ -1,7 +1,7 @@
 """tf.data input pipelines for pre-training and evaluation over the benchmark's TFRecords.
 
 Records are parsed with the shared feature spec (`cleanup_scripts.pretraining_features`), and
-every int64 feature is cast to int32 (accelerators work in int32, as the reference does).
+every int64 feature is cast to int32 (accelerators work in int32, as the MLCommons reference does).
 
 Training (`train_dataset`), per input pipeline:
   files (shuffled, seeded) -> interleaved records (deterministic order for a seed) ->
@@ -29,7 +29,7 @@ zeros, and so does one_hot, on any device), so the training stream asserts the s
 (`train_dataset(id_ranges=...)`): a record out of range fails the run, and the scan then names it.
 
 Paths may be local or any file system TensorFlow reads (gs://...); patterns are comma-separated
-globs, as the reference's `--input_file`.
+globs, as the MLCommons reference's `--input_file`.
 """
 from __future__ import annotations
 
@@ -42,12 +42,13 @@ from typing import Iterator, Mapping
 import numpy as np
 import tensorflow as tf
 
+from benchmark.errors import UserError
 from cleanup_scripts.pretraining_features import (DecodeError, decode_example, feature_spec,
                                                   masked_crc32c, tf_feature_spec)
 from reference.error_text import one_line
 
 EXAMPLE_WEIGHT = "example_weight"
-SHUFFLE_BUFFER = 1000  # records, as the reference
+SHUFFLE_BUFFER = 1000  # records, as the MLCommons reference
 CYCLE_LENGTH = 4  # files read at once
 HEADER_BYTES = 12  # a TFRecord's uint64 length and the length's masked CRC-32C
 FOOTER_BYTES = 4  # the data's masked CRC-32C
@@ -61,7 +62,7 @@ LENGTH_FLAGS = {"input_ids": "--max_seq_length", "input_mask": "--max_seq_length
                 "masked_lm_weights": "--max_predictions_per_seq"}
 
 
-class InputError(ValueError):
+class InputError(UserError, ValueError):
     """Input files that cannot be used; the message is one line naming the file or pattern."""
 
 

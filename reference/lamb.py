@@ -10,17 +10,17 @@ Per variable w with (clipped) gradient g, at the k-th update (k = 1, 2, ...):
 
 Reference details kept: bias correction uses float32 running products beta^k (kept in two
 variables, advanced after all variables are updated) rather than pow(); `epsilon` is used as
-given (the reference passes 10**log_epsilon, see `epsilon_from_log`); the exclusion patterns
-are regular expressions searched in the variable name (default LayerNorm, layer_norm, bias),
-and the layer-adaptation exclusions default to the weight-decay ones; the norms are Euclidean
+given (the MLCommons reference passes 10**log_epsilon, see `epsilon_from_log`); the exclusion
+patterns are regular expressions searched in the variable name (default LayerNorm, layer_norm,
+bias), and the layer-adaptation exclusions default to the weight-decay ones; the norms are Euclidean
 norms over the whole tensor.
 
-Gradient clipping (global norm 1.0) happens *before* the optimizer in the reference: call
+Gradient clipping (global norm 1.0) happens *before* the optimizer in the MLCommons reference: call
 `clip_gradients` on the gradients, then `apply_gradients`. Gradient accumulation: sum the
-clipped micro-batch gradients divided by the number of micro-batches (the reference clips each
-micro-batch and averages), then apply once; pass the step whose learning rate applies (the
-reference evaluates the schedule at its micro-step counter, n*k + n - 1 for the k-th update with
-n micro-batches per update, 0-based).
+clipped micro-batch gradients divided by the number of micro-batches (the MLCommons reference clips
+each micro-batch and averages), then apply once; pass the step whose learning rate applies (the
+MLCommons reference evaluates the schedule at its micro-step counter, n*k + n - 1 for the k-th
+update with n micro-batches per update, 0-based).
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ GRADIENT_CLIP_NORM = 1.0
 
 
 def epsilon_from_log(log_epsilon: float) -> float:
-    """The LAMB epsilon for the reference's `--log_epsilon` flag: 10 ** log_epsilon."""
+    """The LAMB epsilon for the MLCommons reference's `--log_epsilon` flag: 10 ** log_epsilon."""
     return 10 ** log_epsilon
 
 
@@ -49,7 +49,7 @@ def densify(grad):
 def clip_gradients(grads: Sequence, clip_norm: float = GRADIENT_CLIP_NORM):
     """Scale gradients so that their global norm is at most `clip_norm` (reference: 1.0).
 
-    Sparse gradients are made dense first: the reference's graph differentiates the word
+    Sparse gradients are made dense first: the MLCommons reference's graph differentiates the word
     embedding densely (the table is also the masked-LM output layer), and a global norm taken
     over IndexedSlices values with repeated rows would differ from the dense norm.
 
@@ -76,7 +76,7 @@ def variable_name(var: tf.Variable) -> str:
 
 
 class MomentOptimizer(tf.Module):
-    """State and bookkeeping shared by the reference's LAMB and AdamW optimizers.
+    """State and bookkeeping shared by the MLCommons reference's LAMB and AdamW optimizers.
 
     Holds the learning rate (a float, or a callable step -> rate), the moment rates, epsilon,
     the weight-decay rate and its exclusions, `iterations` (updates applied, int64) and the
@@ -140,17 +140,17 @@ class MomentOptimizer(tf.Module):
 
 
 class Lamb(MomentOptimizer):
-    """The reference LAMB optimizer (see the module docstring for the update).
+    """The MLCommons reference's LAMB optimizer (see the module docstring for the update).
 
     Args:
       learning_rate: a float, or a callable step -> learning rate (e.g.
         `reference.learning_rate.WarmupPolynomialDecay`).
       beta_1, beta_2: moment decay rates (`--lamb_beta_1`, `--lamb_beta_2`).
-      epsilon: added to sqrt(v_hat); the reference uses 10 ** log_epsilon.
+      epsilon: added to sqrt(v_hat); the MLCommons reference uses 10 ** log_epsilon.
       weight_decay_rate: decoupled weight decay (`--lamb_weight_decay_rate`).
       exclude_from_weight_decay: regex patterns; variables whose name matches get no decay.
       exclude_from_layer_adaptation: regex patterns for trust ratio 1; None (or empty) means the
-        weight-decay exclusions, as in the reference.
+        weight-decay exclusions, as in the MLCommons reference.
       name: module name.
 
     State (checkpointed with tf.train.Checkpoint): `iterations` (updates applied, int64), the
@@ -186,8 +186,8 @@ class Lamb(MomentOptimizer):
           grads_and_vars: (gradient, variable) pairs; pairs whose gradient is None are skipped.
             Gradients should already be clipped (`clip_gradients`).
           step: the step at which the learning-rate schedule is evaluated (int or int tensor);
-            default `iterations`, the number of updates applied so far. The reference evaluates
-            it at its global step before incrementing it.
+            default `iterations`, the number of updates applied so far. The MLCommons reference
+            evaluates it at its global step before incrementing it.
 
         Returns:
           The learning rate used (float32 scalar tensor).

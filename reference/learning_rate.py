@@ -1,4 +1,4 @@
-"""The reference's learning-rate schedule: linear warm-up, then polynomial decay to 0.
+"""The MLCommons reference's learning-rate schedule: linear warm-up, then polynomial decay to 0.
 
 For a step s (the global step *before* the update it is used for):
 
@@ -7,17 +7,17 @@ For a step s (the global step *before* the update it is used for):
     lr(s)      = base * w / num_warmup_steps   if w < num_warmup_steps
                  decayed(s)                     otherwise
 
-Two details of the reference are kept on purpose: the decay counts from step 0, not from the
-end of warm-up, and from `start_warmup_step` only the warm-up is shifted (a negative value, as in
-the benchmark's `--start_warmup_step=-76`, makes warm-up begin part-way). With
+Two details of the MLCommons reference are kept on purpose: the decay counts from step 0, not from
+the end of warm-up, and from `start_warmup_step` only the warm-up is shifted (a negative value, as
+in the benchmark's `--start_warmup_step=-76`, makes warm-up begin part-way). With
 `num_warmup_steps == 0` there is no warm-up.
 
-The arithmetic is float32 in the reference's operation order, in the form the reference's graph
-actually computes after TensorFlow's graph optimizer (Grappler) rewrote it: division by a
-constant becomes multiplication by its reciprocal, constant factors are folded together
-(base * (s / warmup) becomes s * (base / warmup)), and pow() with exponent 1, 2 or 0.5 becomes
-identity, square or sqrt. Written that way, the values agree bit for bit with the reference's
-session, in eager mode and inside tf.function alike.
+The arithmetic is float32 in the MLCommons reference's operation order, in the form the MLCommons
+reference's graph actually computes after TensorFlow's graph optimizer (Grappler) rewrote it:
+division by a constant becomes multiplication by its reciprocal, constant factors are folded
+together (base * (s / warmup) becomes s * (base / warmup)), and pow() with exponent 1, 2 or 0.5
+becomes identity, square or sqrt. Written that way, the values agree bit for bit with the MLCommons
+reference's session, in eager mode and inside tf.function alike.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Pre-training losses and evaluation metrics, computed as the MLPerf reference computes them.
+"""Pre-training losses and evaluation metrics, computed as the MLCommons reference computes them.
 
 Training loss (per batch):
   masked_lm_loss     = sum(w * ce) / (sum(w) + 1e-5)   ce: cross-entropy of each prediction,
@@ -12,7 +12,7 @@ Evaluation metrics (accumulated over all eval batches, then divided; `EvalMetric
   next_sentence_accuracy = mean([argmax == label]),  next_sentence_loss = mean(ce)
 
 Cross-entropies are -sum(one_hot(label) * log_softmax(logits)) and predictions are the argmax of
-the log-probabilities, the reference's operations.
+the log-probabilities, the MLCommons reference's operations.
 """
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from typing import Mapping
 import numpy as np
 import tensorflow as tf
 
-# The reference adds this to the masked-LM weight sum of the *training* loss's denominator.
+# The MLCommons reference adds this to the masked-LM weight sum of the *training* loss's
+# denominator.
 MASKED_LM_DENOMINATOR_EPSILON = 1e-5
 
 
@@ -76,7 +77,7 @@ def next_sentence_loss(logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
 
 def pretraining_losses(outputs: Mapping[str, tf.Tensor],
                        features: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-    """The reference's training losses for one batch.
+    """The MLCommons reference's training losses for one batch.
 
     Args:
       outputs: the model's outputs ("masked_lm_logits", "next_sentence_logits").

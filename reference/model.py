@@ -1,6 +1,6 @@
 """BERT for pre-training (masked LM + next sentence) in TF2 Keras.
 
-The computation follows the MLPerf reference's TF1 graph operation by operation, so that the
+The computation follows the MLCommons reference's TF1 graph operation by operation, so that the
 same weights give the same numbers (to float32 rounding):
 
 - embeddings: word (gather) + token type (one-hot matmul) + position (first `seq_length` rows),
@@ -15,11 +15,11 @@ same weights give the same numbers (to float32 rounding):
   word-embedding table (tied) + output bias;
 - next-sentence head: dense with 2 outputs on the pooled output.
 
-Pieces from `official.nlp.modeling` are used where their operations are the reference's
+Pieces from `official.nlp.modeling` are used where their operations are the MLCommons reference's
 (`OnDeviceEmbedding`, `PositionEmbedding`, `MaskedLM`); the attention and the transformer layer
 are our own because the library's scale the query before the product and mask with -1e9.
 
-Variables carry the reference's structure in their names (e.g.
+Variables carry the MLCommons reference's structure in their names (e.g.
 `bert_pretraining/bert/encoder/layer_0/attention/self/query/kernel`); `reference.checkpoint`
 maps TF1 and TF2 checkpoint names onto them.
 """
@@ -35,7 +35,7 @@ from official.nlp.modeling import layers as nlp_layers
 from reference.bert_config import BertConfig
 
 LAYER_NORM_EPSILON = 1e-12
-# Added to the attention scores of padded key positions (the reference's value, not -inf).
+# Added to the attention scores of padded key positions (the MLCommons reference's value, not -inf).
 MASKED_SCORE_ADDER = -10000.0
 
 FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions",
@@ -43,7 +43,7 @@ FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions"
 
 
 def gelu(x: tf.Tensor) -> tf.Tensor:
-    """GELU in its tanh approximation, evaluated in the reference's operation order.
+    """GELU in its tanh approximation, evaluated in the MLCommons reference's operation order.
 
     Args:
       x: float tensor, any shape.
@@ -73,7 +73,8 @@ def _initializer(config: BertConfig) -> tf_keras.initializers.Initializer:
 
 
 def _layer_norm(name: str) -> tf_keras.layers.LayerNormalization:
-    # With epsilon < 1.001e-5 tf_keras computes moments + batch_normalization, as the reference.
+    # With epsilon < 1.001e-5 tf_keras computes moments + batch_normalization, as the MLCommons
+    # reference does.
     return tf_keras.layers.LayerNormalization(axis=-1, epsilon=LAYER_NORM_EPSILON, name=name)
 
 
@@ -183,7 +184,7 @@ class SequenceDense(tf_keras.layers.Layer):
 
 
 class TransformerLayer(tf_keras.layers.Layer):
-    """One post-LayerNorm transformer block, as the reference's `layer_N` scope.
+    """One post-LayerNorm transformer block, as the MLCommons reference's `layer_N` scope.
 
     Call: (x [B, S, hidden], score_adder [B, 1, 1, S] float32, training) -> [B, S, hidden].
     `score_adder` is 0 for real key positions and -10000 for padding (see `attention_adder`).
@@ -239,7 +240,7 @@ def attention_adder(input_mask: tf.Tensor) -> tf.Tensor:
 
 
 class BertEncoder(tf_keras.layers.Layer):
-    """Embeddings, the transformer stack and the pooler (the reference's `bert` scope).
+    """Embeddings, the transformer stack and the pooler (the MLCommons reference's `bert` scope).
 
     Call: (input_ids, input_mask, segment_ids: [B, S] int32; training)
       -> (sequence_output [B, S, hidden], pooled_output [B, hidden]).

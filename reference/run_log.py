@@ -9,7 +9,7 @@ None of them is rejected by the official checker, which skips keys it has no rul
                            benchmark.rules reports a log holding one as not a valid result
   noncompliant             one per reason the run is not a closed-division result (value: why)
   opt_name, max_sequence_length, max_predictions_per_seq, opt_lamb_learning_rate_decay_poly_power,
-  mixed_precision          informative settings the reference also logs
+  mixed_precision          informative settings the MLCommons reference also logs
 
 A run that does not evaluate the full 10,000 samples logs its true `eval_samples`.
 

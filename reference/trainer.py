@@ -10,20 +10,21 @@ One *update* is `steps_per_update` micro-batches on every replica:
     all-reduce the accumulated gradients (mean over replicas)
     clip to global norm 1.0                    (only with clip_after_allreduce)
     apply one optimizer update, its learning rate read at micro-step  global_step + n - 1
-    global_step += n (micro-steps, the reference's count); trained_samples += n * batch
+    global_step += n (micro-steps, the MLCommons reference's count); trained_samples += n * batch
 
-Clipping before the all-reduce, per micro-batch and per replica, is what the reference does
-(TF1 `clip_by_global_norm` ahead of CrossShardOptimizer / the GradientAggregationOptimizer);
-`clip_after_allreduce` is the reference's `--clip_by_global_norm_after_gradient_allreduce`,
-which clips the averaged gradient once and makes n micro-batches of b exactly one batch of n*b.
+Clipping before the all-reduce, per micro-batch and per replica, is what the MLCommons reference
+does (TF1 `clip_by_global_norm` ahead of CrossShardOptimizer / the GradientAggregationOptimizer);
+`clip_after_allreduce` is the MLCommons reference's
+`--clip_by_global_norm_after_gradient_allreduce`, which clips the averaged gradient once and makes n
+micro-batches of b exactly one batch of n*b.
 
 The optimizer update runs in cross-replica context (`merge_call`): each variable is updated by
 `strategy.extended.update`, once per device copy, with the optimizer's per-variable
 `update_variable`, so the optimizer's arithmetic is the single-device one.
 
 `train_steps(iterator, k)` runs k updates in one `tf.function` call (a `tf.range` loop: the
-reference's iterations_per_loop); `evaluate(dataset)` sums `reference.losses.metric_sums` over
-a finite padded eval set and returns `EvalMetrics`.
+MLCommons reference's iterations_per_loop); `evaluate(dataset)` sums `reference.losses.metric_sums`
+over a finite padded eval set and returns `EvalMetrics`.
 
 Dropout is stateless: each mask is drawn from a seed derived from (run seed, micro-step, replica,
 dropout layer), see `DropoutKeys`. Keras's own dropout ops keep their random stream in the
@@ -44,7 +45,6 @@ import contextlib
 import functools
 import os
 import threading
-from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
@@ -55,41 +55,22 @@ from absl import logging
 from reference import checkpoint as ckpt
 from reference.adamw import AdamWeightDecay
 from reference.bert_config import BertConfig
-from reference.error_text import one_line
 from reference.input_pipeline import EXAMPLE_WEIGHT
-from reference.lamb import Lamb, clip_gradients, densify, epsilon_from_log, variable_name
+from reference.lamb import Lamb, clip_gradients, densify, variable_name
 from reference.learning_rate import WarmupPolynomialDecay
 from reference.losses import EvalMetrics, metric_sums, pretraining_losses
 from reference.model import BertPretrainingModel
+from reference.optimizer_settings import OptimizerSettings
 
 MIXED_PRECISION = {"none": None, "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 INITIAL_LOSS_SCALE = 2.0 ** 15
 LOSS_SCALE_GROWTH_INTERVAL = 2000
-CHECKPOINT_NAME = "model.ckpt"  # files model.ckpt-<global step>, as the reference's
-
-
-@dataclass(frozen=True)
-class OptimizerSettings:
-    """The optimizer and its schedule (step counts in micro-steps, as the reference's flags)."""
-    name: str = "lamb"  # "lamb" or "adamw"
-    learning_rate: float = 5e-5
-    num_train_steps: int = 100_000
-    num_warmup_steps: int = 10_000
-    start_warmup_step: int = 0
-    poly_power: float = 1.0
-    beta_1: float = 0.9
-    beta_2: float = 0.999
-    weight_decay_rate: float = 0.01
-    log_epsilon: float = -6.0
-
-    @property
-    def epsilon(self) -> float:
-        """LAMB epsilon, 10 ** log_epsilon (AdamW: the reference's fixed 1e-6)."""
-        return epsilon_from_log(self.log_epsilon)
+CHECKPOINT_NAME = "model.ckpt"  # files model.ckpt-<global step>, as the MLCommons reference's
 
 
 def make_optimizer(settings: OptimizerSettings):
-    """Lamb or AdamWeightDecay with the reference's warm-up + polynomial-decay schedule."""
+    """Lamb or AdamWeightDecay with the MLCommons reference's warm-up + polynomial-decay
+    schedule."""
     schedule = WarmupPolynomialDecay(settings.learning_rate, settings.num_train_steps,
                                      settings.num_warmup_steps, settings.start_warmup_step,
                                      settings.poly_power)
@@ -237,7 +218,7 @@ class Trainer:
     # ------------------------------------------------------------------ state
     @property
     def step(self) -> int:
-        """Micro-steps trained (the reference's global step)."""
+        """Micro-steps trained (the MLCommons reference's global step)."""
         return int(self.global_step.numpy())
 
     @property
@@ -259,8 +240,8 @@ class Trainer:
         """Draw fresh weights that depend only on `seed` (not on the strategy or device count).
 
         The model's own initializers are stateful and draw different values under different
-        strategies; here each variable, in name order, gets the reference's initialisation from
-        a stateless generator keyed by (seed, index): truncated normal with stddev
+        strategies; here each variable, in name order, gets the MLCommons reference's initialisation
+        from a stateless generator keyed by (seed, index): truncated normal with stddev
         initializer_range for kernels and embeddings, ones for LayerNorm gamma, zeros for
         LayerNorm beta and biases.
         """
@@ -297,18 +278,7 @@ class Trainer:
         checkpoint = self.checkpoint if not model_only else tf.train.Checkpoint(
             model=self.model, global_step=self.global_step,
             trained_samples=self.trained_samples)
-        try:
-            status = checkpoint.read(path)
-        except ckpt.READ_ERRORS as err:
-            raise ckpt.CheckpointError(f"{path}: cannot read checkpoint "
-                                       f"({one_line(err)})") from err
-        try:
-            status.assert_existing_objects_matched()
-        except AssertionError as err:
-            message = str(err).strip().splitlines()[0]
-            raise ckpt.CheckpointError(f"{path}: does not fit this model/optimizer "
-                                       f"({message})") from err
-        status.expect_partial()
+        ckpt.read_training_checkpoint(path, checkpoint)
         logging.info("resumed from %s: global step %d, %d samples", path, self.step,
                      self.samples)
 

@@ -21,6 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from benchmark.errors import UserError
 from cleanup_scripts import BERT_CONFIG_FILE
 from cleanup_scripts.layout import DatasetLayout
 
@@ -28,7 +29,7 @@ PRESET_DIR = Path(__file__).resolve().parent
 REPO_DIR = PRESET_DIR.parents[1]
 
 
-class PresetError(ValueError):
+class PresetError(UserError, ValueError):
     """An unknown or malformed preset; the message is one line."""
 
 

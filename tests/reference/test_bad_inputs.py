@@ -18,7 +18,9 @@ import pytest
 
 from cleanup_scripts.pretraining_features import encode_examples, write_records
 from reference import input_pipeline
-from reference import run_pretraining as rp
+from reference.preflight import preflight
+from reference.run_flags import UsageError
+from reference.run_options import options_from_flags
 from tests.reference import synthetic_data
 from tests.reference.test_run_options import parse
 from tests.reference.test_run_pretraining import as_flags, read_mllog, run_trainer
@@ -199,8 +201,8 @@ def run_args(data: dict, out: Path, **extra) -> list[str]:
      "[1, --max_seq_length]"),
 ])
 def test_flags_out_of_range_name_the_flag_and_range(data, tmp_path, extra, message):
-    with pytest.raises(rp.UsageError) as err:
-        rp.options_from_flags(parse(*run_args(data, tmp_path / "out", **extra)))
+    with pytest.raises(UsageError) as err:
+        preflight(options_from_flags(parse(*run_args(data, tmp_path / "out", **extra))))
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
 
 
@@ -290,11 +292,11 @@ def test_damaged_eval_file_fails_before_training(tmp_path, damage, problem):
 def test_eval_file_is_checked_in_full_by_the_flag_checks(tmp_path, damage, problem):
     data, bad = damaged_dataset(tmp_path / "data", damage, "eval_10k")
     with pytest.raises(input_pipeline.InputError) as err:
-        rp.options_from_flags(parse(*run_args(data, tmp_path / "out")))
+        preflight(options_from_flags(parse(*run_args(data, tmp_path / "out"))))
     assert str(err.value).startswith(f"--eval_file: {bad}: record {BAD_INDEX}: {problem}")
     # Only the records evaluated are read: eval_batch_size * max_eval_steps = 100 of them.
-    options = rp.options_from_flags(parse(*run_args(data, tmp_path / "out",
-                                                    max_eval_steps=1)))
+    options = preflight(options_from_flags(parse(*run_args(data, tmp_path / "out",
+                                                             max_eval_steps=1))))
     assert options.eval_records == 100
 
 
@@ -303,13 +305,13 @@ def test_eval_files_that_match_nothing_or_hold_nothing(data, tmp_path):
     empty.write_bytes(b"")
     with pytest.raises(input_pipeline.InputError, match=f"^--eval_file: {empty}: holds no "
                                                         "records$"):
-        rp.options_from_flags(parse(*run_args({**data, "eval_file": str(empty)},
-                                              tmp_path / "out")))
+        preflight(options_from_flags(parse(*run_args({**data, "eval_file": str(empty)},
+                                                       tmp_path / "out"))))
     pattern = str(tmp_path / "eval-*")
     with pytest.raises(input_pipeline.InputError, match="^--eval_file=.*/eval-\\*: no file "
                                                         "matches$"):
-        rp.options_from_flags(parse(*run_args({**data, "eval_file": pattern},
-                                              tmp_path / "out")))
+        preflight(options_from_flags(parse(*run_args({**data, "eval_file": pattern},
+                                                       tmp_path / "out"))))
 
 
 # ------------------------------------------------------------------------------ config vs ckpt

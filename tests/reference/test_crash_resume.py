@@ -10,7 +10,7 @@ A checkpoint whose files do not read back whole is skipped for the one before it
 log says that the run resumed, counts samples on from the checkpoint, and `benchmark.check`
 reports it as not a valid result.
 
-The fast tests run the trainer in-process (`run_pretraining.train`), interrupted with
+The fast tests run the trainer in-process (`reference.run_loop.train`), interrupted with
 --stop_steps; the slow ones kill `python -m reference.run_pretraining` with SIGKILL at random
 times (a fixed random.Random seed; the kill times are logged) and compare with an
 uninterrupted run.
@@ -39,7 +39,10 @@ from absl import flags
 from benchmark.log_check import check_log
 from reference import checkpoint as ckpt
 from reference import input_pipeline
-from reference import run_pretraining as rp
+from reference.preflight import preflight
+from reference.run_flags import define_flags
+from reference.run_loop import RunResult, train
+from reference.run_options import options_from_flags
 from reference.bert_config import load_bert_config
 from reference.model import BertPretrainingModel, dummy_features
 from reference.run_log import end_partial_line
@@ -59,12 +62,12 @@ SEED = 5
 
 
 # ------------------------------------------------------------------------------ helpers
-def train_in_process(data: dict, out: Path, **extra) -> rp.RunResult:
-    """`run_pretraining.train` with RUN_FLAGS, `extra` flags and the data flags."""
+def train_in_process(data: dict, out: Path, **extra) -> RunResult:
+    """`run_loop.train` with RUN_FLAGS, `extra` flags and the data flags."""
     values = {**data, **RUN_FLAGS, "output_dir": out, **extra}
-    flag_values = rp.define_flags(flags.FlagValues())
+    flag_values = define_flags(flags.FlagValues())
     flag_values(["run_pretraining", *(f"--{k}={v}" for k, v in values.items())])
-    return rp.train(rp.options_from_flags(flag_values))
+    return train(preflight(options_from_flags(flag_values)))
 
 
 def checkpoint_values(prefix: str) -> dict[str, np.ndarray]:

@@ -12,12 +12,14 @@ from absl import flags
 
 from benchmark import cadence
 from reference import input_pipeline, presets
-from reference import run_pretraining as rp
+from reference.preflight import preflight
+from reference.run_flags import UsageError, apply_preset, define_flags
+from reference.run_options import options_from_flags
 from tests.reference import synthetic_data
 
 
 def parse(*argv: str) -> flags.FlagValues:
-    values = rp.define_flags(flags.FlagValues())
+    values = define_flags(flags.FlagValues())
     values(["run_pretraining", *argv])
     return values
 
@@ -35,8 +37,8 @@ def base_args(data, tmp_path, **extra) -> list[str]:
 
 
 def test_valid_flags_become_run_options(data, tmp_path):
-    options = rp.options_from_flags(parse(*base_args(data, tmp_path, eval_batch_size=16,
-                                                     max_eval_steps=10, seed=5)))
+    options = preflight(options_from_flags(parse(*base_args(
+        data, tmp_path, eval_batch_size=16, max_eval_steps=10, seed=5))))
     assert options.input_files == sorted(options.input_files) and len(options.input_files) == 2
     assert options.eval_records == 40  # fewer than 16 x 10: each record once
     assert options.eval_frequency == cadence.eval_frequency(8) == 150_000
@@ -59,25 +61,25 @@ def test_valid_flags_become_run_options(data, tmp_path):
      "benchmark's 150,000 for global batch 8; add --noncompliant_eval_frequency"),
 ])
 def test_bad_flags_are_one_line_usage_errors(data, tmp_path, extra, message):
-    with pytest.raises(rp.UsageError) as err:
-        rp.options_from_flags(parse(*base_args(data, tmp_path, **extra)))
+    with pytest.raises(UsageError) as err:
+        preflight(options_from_flags(parse(*base_args(data, tmp_path, **extra))))
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
 def test_files_that_do_not_fit_are_input_errors(data, tmp_path):
     with pytest.raises(input_pipeline.InputError, match=r"--input_file=.*/none-\*: no file "
                                                         r"matches$"):
-        rp.options_from_flags(parse(*base_args(data, tmp_path,
-                                               input_file=tmp_path / "none-*")))
+        preflight(options_from_flags(parse(*base_args(data, tmp_path,
+                                                        input_file=tmp_path / "none-*"))))
     with pytest.raises(input_pipeline.InputError, match="records do not match "
                                                         "--max_seq_length=12"):
-        rp.options_from_flags(parse(*base_args(data, tmp_path, max_seq_length=12)))
+        preflight(options_from_flags(parse(*base_args(data, tmp_path, max_seq_length=12))))
 
 
 def test_noncompliant_cadence_and_target_are_recorded(data, tmp_path):
-    options = rp.options_from_flags(parse(*base_args(
+    options = preflight(options_from_flags(parse(*base_args(
         data, tmp_path, eval_frequency_samples=1000, noncompliant_eval_frequency="true",
-        target_mlm_accuracy=0.5)))
+        target_mlm_accuracy=0.5))))
     assert options.eval_frequency == 1000
     assert any("evals every 1,000 samples" in reason for reason in options.noncompliant)
     assert any("target masked-LM accuracy 0.5" in reason for reason in options.noncompliant)
@@ -130,15 +132,15 @@ def test_v100_preset_has_the_readme_values():
 
 def test_every_preset_parses_into_flags(tmp_path):
     for name in presets.available():
-        values = rp.define_flags(flags.FlagValues())
+        values = define_flags(flags.FlagValues())
         values(["run_pretraining", f"--preset={name}", f"--data_dir={tmp_path}"])
-        applied = rp.apply_preset(values)
+        applied = apply_preset(values)
         assert "train_batch_size" in applied and values.do_train, name
 
 
 def test_command_line_flags_win_over_the_preset():
     values = parse("--preset=v3-128", "--data_dir=gs://b/d", "--train_batch_size=4096")
-    applied = rp.apply_preset(values)
+    applied = apply_preset(values)
     assert values.train_batch_size == 4096 and "train_batch_size" not in applied
     assert values.learning_rate == 0.00288293
 

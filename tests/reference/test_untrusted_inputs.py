@@ -29,7 +29,10 @@ from absl import flags
 from cleanup_scripts.pretraining_features import encode_examples, write_records
 from reference import checkpoint as ckpt
 from reference import input_pipeline
-from reference import run_pretraining as rp
+from reference.preflight import preflight
+from reference.run_flags import UsageError, define_flags
+from reference.run_loop import train
+from reference.run_options import RunOptions, options_from_flags
 from reference.bert_config import load_bert_config
 from reference.error_text import OutputError
 from reference.run_log import LogFile
@@ -58,11 +61,11 @@ def flag_list(data: dict, out: Path, **extra) -> list[str]:
     return [f"--{key}={value}" for key, value in values.items() if value is not None]
 
 
-def options(data: dict, out: Path, **extra) -> rp.RunOptions:
+def options(data: dict, out: Path, **extra) -> RunOptions:
     """RunOptions of RUN_FLAGS with `extra` (a value None drops the flag)."""
-    values = rp.define_flags(flags.FlagValues())
+    values = define_flags(flags.FlagValues())
     values(["run_pretraining", *flag_list(data, out, **extra)])
-    return rp.options_from_flags(values)
+    return preflight(options_from_flags(values))
 
 
 def run_cli(data: dict, out: Path, **extra) -> subprocess.CompletedProcess:
@@ -93,7 +96,7 @@ def data(tmp_path_factory) -> dict:
 def stopped(data, tmp_path_factory) -> Path:
     """A run stopped after STOPPED_AT steps of batch 8 (checkpoints every 4 steps)."""
     out = tmp_path_factory.mktemp("stopped") / "out"
-    result = rp.train(options(data, out, stop_steps=STOPPED_AT))
+    result = train(options(data, out, stop_steps=STOPPED_AT))
     assert (result.step, result.samples) == (STOPPED_AT, STOPPED_AT * 8)
     return out
 
@@ -176,8 +179,8 @@ def test_each_run_defining_flag_is_compared_on_resume(data, stopped, relu_config
         extra["bert_config_file"] = relu_config
     if extra.pop("one_file", False):
         extra["input_file"] = data["input_file"].replace("*", "00000-of-00002")
-    with pytest.raises(rp.UsageError) as err:
-        rp.train(options(data, out, **extra))
+    with pytest.raises(UsageError) as err:
+        train(options(data, out, **extra))
     message = str(err.value)
     assert message.startswith(f"{flag}: the checkpoint in {out} was trained with {old}")
     assert f", this run asks for {new}" in message and "\n" not in message
@@ -187,9 +190,9 @@ def test_each_run_defining_flag_is_compared_on_resume(data, stopped, relu_config
 
 def test_flags_that_do_not_change_the_run_may_change_on_resume(data, stopped, tmp_path):
     out = copy_run(stopped, tmp_path)
-    result = rp.train(options(data, out, stop_steps=16, iterations_per_loop=4,
-                              save_checkpoints_steps=8, keep_checkpoint_max=3,
-                              eval_batch_size=50, max_eval_steps=4, seed=None))
+    result = train(options(data, out, stop_steps=16, iterations_per_loop=4,
+                           save_checkpoints_steps=8, keep_checkpoint_max=3,
+                           eval_batch_size=50, max_eval_steps=4, seed=None))
     assert (result.status, result.step, result.samples) == ("aborted", 16, 128)
     resume = [r for r in read_mllog(out / "mlperf.log") if r["key"] == "resume"]
     assert resume[0]["metadata"]["global_step"] == STOPPED_AT
@@ -210,8 +213,8 @@ def test_checkpoint_without_stored_settings_is_refused(data, stopped, tmp_path):
         good_updates=trainer.good_updates).write(prefix)
     assert "run_settings/.ATTRIBUTES/VARIABLE_VALUE" not in \
         tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
-    with pytest.raises(rp.UsageError) as err:
-        rp.train(options(data, out))
+    with pytest.raises(UsageError) as err:
+        train(options(data, out))
     assert str(err.value) == (f"--output_dir: {prefix} does not store the settings of the run "
                               "that wrote it (an older version of this trainer did not), so "
                               "this run's flags cannot be checked against it; use a new "
@@ -360,7 +363,7 @@ def test_mlperf_log_that_cannot_be_written_stops_before_init_start(data, tmp_pat
     (tmp_path / "file").write_text("not a folder")
     log = tmp_path / "file" / "mlperf.log"
     with pytest.raises(OutputError) as err:
-        rp.train(options(data, tmp_path / "out", mlperf_log=log))
+        train(options(data, tmp_path / "out", mlperf_log=log))
     assert str(err.value) == f"--mlperf_log: {log}: cannot write (Not a directory)"
     assert not list((tmp_path / "out").glob(f"{CHECKPOINT_NAME}*"))
 
@@ -370,7 +373,7 @@ def test_summaries_that_cannot_be_written_are_one_line(data, tmp_path):
     out.mkdir()
     (out / "train").write_text("a file where the summaries' folder goes")
     with pytest.raises(OutputError) as err:
-        rp.train(options(data, out))
+        train(options(data, out))
     assert str(err.value) == f"--output_dir: {out / 'train'}: cannot write (Not a directory)"
     assert not (out / "mlperf.log").exists()  # found before the log is opened
 

@@ -1,0 +1,157 @@
+"""Preflight: the checks of a run's files before TensorFlow trains anything.
+
+`preflight` reads the BERT config, expands --input_file / --eval_file and checks their records
+(the first record of every training file, every eval record evaluated), and probes
+--init_checkpoint; it returns the options with what those files hold. `prepare_output_dir`
+proves --output_dir writable, `peek_progress` reads the counters and run settings of a
+checkpoint to resume from, and `locate_bad_record` finds the record that made a run fail.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import uuid
+from dataclasses import dataclass
+
+from absl import logging
+
+from benchmark import constants
+from reference.error_text import one_line, writing
+from reference.run_flags import UsageError, require
+from reference.run_options import RunOptions
+
+
+def preflight(options: RunOptions) -> RunOptions:
+    """Check the files that `options` name; returns the options with the files expanded, the
+    eval records counted and the BERT config read.
+
+    Raises UsageError, InputError, ConfigError or CheckpointError with a one-line message.
+    """
+    from reference import checkpoint as ckpt
+    from reference import input_pipeline
+    from reference.bert_config import load_bert_config
+
+    o = options
+    config = load_bert_config(o.bert_config_file)
+    require(2 <= o.max_seq_length <= config.max_position_embeddings,
+            f"--max_seq_length={o.max_seq_length} must be in [2, max_position_embeddings="
+            f"{config.max_position_embeddings}] of {o.bert_config_file}")
+    require(1 <= o.max_predictions_per_seq <= o.max_seq_length,
+            f"--max_predictions_per_seq={o.max_predictions_per_seq} must be in [1, "
+            f"--max_seq_length]")
+
+    id_ranges = input_pipeline.IdRanges(config.vocab_size, config.type_vocab_size)
+    noncompliant = list(o.noncompliant)
+    input_files: list[str] = []
+    eval_files: list[str] = []
+    if o.do_train:
+        input_files = input_pipeline.expand_patterns(o.input_file, "--input_file")
+        input_pipeline.check_first_records(input_files, o.max_seq_length,
+                                           o.max_predictions_per_seq, "--input_file", id_ranges)
+    if o.eval_file:
+        eval_files = input_pipeline.expand_patterns(o.eval_file, o.eval_flag)
+    eval_records = 0
+    if eval_files:
+        # Every record evaluated is checked now: a damaged eval set fails before training.
+        wanted = o.eval_batch_size * o.max_eval_steps
+        eval_records = input_pipeline.check_all_records(
+            eval_files, o.max_seq_length, o.max_predictions_per_seq, o.eval_flag, limit=wanted,
+            id_ranges=id_ranges)
+        if eval_records < wanted:
+            logging.info("eval files hold %d records (< eval_batch_size * max_eval_steps = %d): "
+                         "all of them are evaluated once", eval_records, wanted)
+        if o.do_train and eval_records != constants.EVAL_SAMPLES:
+            # First, where options_from_flags' reasons come after it.
+            noncompliant.insert(0, f"the eval covers {eval_records:,} records, not the "
+                                f"benchmark's {constants.EVAL_SAMPLES:,}")
+
+    if o.init_checkpoint:
+        try:
+            ckpt.checkpoint_format(o.init_checkpoint)
+        except ckpt.CheckpointError:
+            # --nodo_train may evaluate one of our own checkpoints (read when evaluating).
+            if o.do_train or not _checkpoint_exists(o.init_checkpoint):
+                raise
+    elif o.do_train:
+        logging.warning("no --init_checkpoint: training starts from random weights (the "
+                        "benchmark starts from model.ckpt-28252)")
+    return dataclasses.replace(o, input_files=input_files, eval_files=eval_files,
+                               eval_records=eval_records, bert_config=config,
+                               id_ranges=id_ranges, noncompliant=noncompliant)
+
+
+def _checkpoint_exists(path: str) -> bool:
+    import tensorflow as tf
+    if tf.io.gfile.isdir(path):
+        return tf.train.latest_checkpoint(path) is not None
+    return tf.io.gfile.exists(path + ".index")
+
+
+def prepare_output_dir(output_dir: str) -> None:
+    """Create --output_dir and write (then delete) a file in it, so that a folder that cannot
+    be written fails at once, in one line, before anything is logged."""
+    import tensorflow as tf
+    probe = os.path.join(output_dir, f".write-check-{uuid.uuid4().hex}")
+    with writing("--output_dir", output_dir):
+        tf.io.gfile.makedirs(output_dir)
+        with tf.io.gfile.GFile(probe, "w") as handle:
+            handle.write("")
+        tf.io.gfile.remove(probe)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """The counters of a training checkpoint: micro-steps, samples, whether an eval reached
+    the target, and the settings of the run that wrote it (`run_settings`; None in a
+    checkpoint without them)."""
+    step: int
+    samples: int
+    reached: bool
+    settings: dict | None
+
+
+def peek_progress(path: str) -> Progress:
+    """The counters and run settings stored in the training checkpoint at prefix `path` (an
+    absent counter reads 0). Raises UsageError if the settings do not read back."""
+    import tensorflow as tf
+    reader = tf.train.load_checkpoint(path)
+    names = reader.get_variable_to_shape_map()
+
+    def tensor(name):
+        key = f"{name}/.ATTRIBUTES/VARIABLE_VALUE"
+        return reader.get_tensor(key) if key in names else None
+
+    settings = tensor("run_settings") or None  # a trainer that never set them saved ""
+    if settings is not None:
+        try:
+            settings = json.loads(settings)
+            if not isinstance(settings, dict):
+                raise ValueError(f"a JSON {type(settings).__name__}, not an object")
+        except ValueError as err:
+            raise UsageError(f"--output_dir: {path}: its run settings do not read back "
+                             f"({one_line(err)}); use a new --output_dir") from err
+    return Progress(int(tensor("global_step") or 0), int(tensor("trained_samples") or 0),
+                    bool(tensor("target_reached")), settings)
+
+
+def locate_bad_record(options: RunOptions) -> str | None:
+    """After reading the data failed mid-run: where and why, or None if every record is fine
+    (framing, shapes and id ranges).
+
+    Scans the records evaluated (named by options.eval_flag) and then every training record, in
+    file order; returns "<flag>: <file>: record <index>: <problem>" for the first bad one.
+    """
+    from reference import input_pipeline
+    for flag, files, limit in ((options.eval_flag, options.eval_files, options.eval_records),
+                               ("--input_file", options.input_files, None)):
+        if not files:
+            continue
+        logging.warning("reading the data failed: checking every record of %s (%d files)",
+                        flag, len(files))
+        bad = input_pipeline.find_bad_record(files, options.max_seq_length,
+                                             options.max_predictions_per_seq, limit,
+                                             options.id_ranges)
+        if bad:
+            return f"{flag}: {bad}"
+    return None

@@ -1,0 +1,190 @@
+"""The command line of `python -m reference.run_pretraining`: the flag schema, the checks of
+each flag on its own (ranges, multiples), and --preset.
+
+Reading the flags into a run's options is reference/run_options.py; checking the files they name
+is reference/preflight.py. TensorFlow-free, so that `--help` and flag errors are fast.
+"""
+from __future__ import annotations
+
+import math
+
+from absl import flags, logging
+
+from benchmark import constants
+from benchmark.errors import UserError
+from reference.optimizer_settings import DEFAULT_OPTIMIZER as OPT
+
+FLAGS = flags.FLAGS
+MAX_SEED = 2 ** 31 - 1  # a drawn seed is below this too
+MIN_LOG_EPSILON = -30  # LAMB's epsilon 1e-30 is still a normal float32
+
+# The command line: (kind, name, default, help[, choices]). The MLCommons reference's flags come
+# first, with its names and meanings; then those of the MLPerf run. The optimizer's defaults are
+# OptimizerSettings'.
+FLAG_TABLE = (
+    ("string", "bert_config_file", None, "bert_config.json of the model to train."),
+    ("string", "input_file", None, "Training TFRecords: comma-separated files or globs (local "
+     "or gs://). With --nodo_train, the eval records if no --eval_file."),
+    ("string", "output_dir", None, "Checkpoints, eval_results.txt, summaries, the MLPerf log."),
+    ("string", "init_checkpoint", None, "Initial weights: the official TF1 or TF2 "
+     "model.ckpt-28252 (or, with --nodo_train, a checkpoint of ours)."),
+    ("integer", "max_seq_length", constants.MAX_SEQ_LENGTH, "Tokens per record."),
+    ("integer", "max_predictions_per_seq", constants.MAX_PREDICTIONS_PER_SEQ,
+     "Masked positions per record."),
+    ("bool", "do_train", False, "Train (with evals at the MLPerf cadence if --do_eval)."),
+    ("bool", "do_eval", False, "Evaluate (alone, with --nodo_train: once)."),
+    ("integer", "train_batch_size", 32, "Records per micro-step, all replicas together."),
+    ("integer", "eval_batch_size", 8, "Records per eval step, all replicas together."),
+    ("enum", "optimizer", OPT.name, "The optimizer: lamb (the benchmark's) or adamw (the "
+     "MLCommons reference's AdamWeightDecayOptimizer).", ["lamb", "adamw"]),
+    ("float", "learning_rate", OPT.learning_rate, "Peak learning rate."),
+    ("float", "poly_power", OPT.poly_power, "Power of the polynomial decay."),
+    ("integer", "num_train_steps", OPT.num_train_steps, "Micro-steps over which the rate decays "
+     "to 0; the step budget."),
+    ("integer", "num_warmup_steps", OPT.num_warmup_steps, "Warm-up micro-steps."),
+    ("integer", "start_warmup_step", OPT.start_warmup_step, "Micro-step at which warm-up counts 0 "
+     "(may be < 0)."),
+    ("integer", "stop_steps", None, "Stop after this many micro-steps (the schedule still spans "
+     "--num_train_steps)."),
+    ("integer", "save_checkpoints_steps", 1000, "Save a checkpoint every this many micro-steps "
+     "(and always at the end)."),
+    ("integer", "iterations_per_loop", 1000, "Micro-steps per compiled host call."),
+    ("integer", "max_eval_steps", 100, "Eval batches: the first max_eval_steps * "
+     "eval_batch_size records are evaluated."),
+    ("bool", "use_tpu", False, "Run on a Cloud TPU (TPUStrategy)."),
+    ("string", "tpu_name", None, "TPU name or grpc:// address."),
+    ("string", "tpu_zone", None, "GCE zone of the TPU."),
+    ("string", "gcp_project", None, "GCP project of the TPU."),
+    ("string", "master", None, "Accepted for the MLCommons reference's command lines; unused."),
+    ("integer", "num_tpu_cores", 8, "TPU cores (checked against the TPU found)."),
+    ("integer", "num_gpus", 0, "GPUs to mirror over (> 1: MirroredStrategy)."),
+    ("integer", "steps_per_update", 1, "Micro-batches accumulated per optimizer update."),
+    ("integer", "keep_checkpoint_max", 5, "Checkpoints kept (0: all)."),
+    ("float", "lamb_weight_decay_rate", OPT.weight_decay_rate, "LAMB weight decay."),
+    ("float", "lamb_beta_1", OPT.beta_1, "LAMB beta_1."),
+    ("float", "lamb_beta_2", OPT.beta_2, "LAMB beta_2."),
+    ("float", "log_epsilon", OPT.log_epsilon, "LAMB epsilon is 10 ** log_epsilon."),
+    ("bool", "clip_by_global_norm_after_gradient_allreduce", False, "Clip the averaged "
+     "gradient once instead of each replica's micro-batch gradient (the MLCommons "
+     "reference's default)."),
+    # The MLPerf run.
+    ("string", "eval_file", None, "Eval TFRecords (eval_10k) for --do_train --do_eval."),
+    ("float", "target_mlm_accuracy", constants.TARGET_MLM_ACCURACY, "Stop at the first eval "
+     "with masked-LM accuracy >= this (another value: open division)."),
+    ("integer", "eval_frequency_samples", 0, "Samples between evals; 0: the benchmark's "
+     "eval_frequency(global batch). Another value needs --noncompliant_eval_frequency."),
+    ("bool", "noncompliant_eval_frequency", False, "Allow --eval_frequency_samples to differ "
+     "from the benchmark's cadence (the run is then logged as open division)."),
+    ("bool", "eval_at_start", False, "Also evaluate before training, at 0 samples (the official "
+     "checkpoint scores about 0.34085)."),
+    ("string", "mlperf_log", None, "MLPerf log file (local); default OUTPUT_DIR/mlperf.log "
+     "(./mlperf.log when OUTPUT_DIR is remote)."),
+    ("string", "submission_org", "reference", "submission_org of the MLPerf log."),
+    ("string", "submission_platform", None, "submission_platform; default e.g. 8xGPU."),
+    ("enum", "submission_division", "closed", "submission_division.", ["closed", "open"]),
+    ("enum", "submission_status", "onprem", "submission_status.",
+     ["onprem", "cloud", "preview", "research"]),
+    ("integer", "seed", None, "Random seed (weights, dropout, data order); default: drawn at "
+     "start and logged."),
+    ("enum", "mixed_precision", "none", "Compute type; fp16 adds dynamic loss scaling.",
+     ["none", "bf16", "fp16"]),
+    ("float", "dropout_override", None, "Set both dropout probabilities of the BERT config."),
+    ("string", "preset", None, "A preset of reference/presets/ (v3-128, v100-8, a100-8, demo); "
+     "flags given on the command line win."),
+    ("string", "data_dir", None, "For --preset: the folder with part-* and eval_10k."),
+    ("integer", "cpu_devices", 0, "Split the CPU into this many devices and mirror over them "
+     "(tests and demos of the multi-replica path)."),
+)
+
+
+def define_flags(flag_values: flags.FlagValues = FLAGS) -> flags.FlagValues:
+    """Define FLAG_TABLE on `flag_values` (the script uses the global FLAGS; tests their own)."""
+    for kind, name, default, help_text, *choices in FLAG_TABLE:
+        if kind == "enum":
+            flags.DEFINE_enum(name, default, choices[0], help_text, flag_values=flag_values)
+        else:
+            getattr(flags, f"DEFINE_{kind}")(name, default, help_text, flag_values=flag_values)
+    return flag_values
+
+
+class UsageError(UserError, ValueError):
+    """A bad command line; the message is one line naming the flag."""
+
+
+def require(condition: bool, message: str) -> None:
+    if not condition:
+        raise UsageError(message)
+
+
+def multiple(flag: str, value: int, n: int) -> None:
+    require(value % n == 0, f"--{flag}={value} is not a multiple of --steps_per_update={n}; "
+            "with accumulation give the step counts of batch bs*n scaled up n times")
+
+
+def check_ranges(f: flags.FlagValues) -> None:
+    """Check every numeric flag against its allowed range (not those that need the BERT config).
+
+    Raises UsageError naming the flag, its value and the range, e.g. "--learning_rate=0.0 must
+    be > 0".
+    """
+    for kind, name, *_ in FLAG_TABLE:
+        if kind == "float" and f[name].value is not None:
+            require(math.isfinite(f[name].value), f"--{name}={f[name].value} must be a finite "
+                    "number")
+    n = f.steps_per_update
+    require(n >= 1, f"--steps_per_update={n} must be at least 1")
+    for name in ("train_batch_size", "eval_batch_size", "max_eval_steps", "num_train_steps",
+                 "iterations_per_loop", "save_checkpoints_steps", "num_tpu_cores"):
+        require(f[name].value >= 1, f"--{name}={f[name].value} must be at least 1")
+    require(0 <= f.num_warmup_steps <= f.num_train_steps,
+            f"--num_warmup_steps={f.num_warmup_steps} must be in [0, --num_train_steps="
+            f"{f.num_train_steps}]")
+    if f.num_warmup_steps:
+        require(f.start_warmup_step <= 0,
+                f"--start_warmup_step={f.start_warmup_step} must be <= 0 (a later start gives "
+                "negative learning rates before it)")
+    for name in ("keep_checkpoint_max", "eval_frequency_samples", "num_gpus", "cpu_devices"):
+        require(f[name].value >= 0, f"--{name}={f[name].value} must be >= 0")
+    if f.stop_steps is not None:
+        require(f.stop_steps >= 1, f"--stop_steps={f.stop_steps} must be at least 1")
+    for name in ("num_train_steps", "num_warmup_steps", "start_warmup_step",
+                 "save_checkpoints_steps"):
+        multiple(name, f[name].value, n)
+    if f.stop_steps is not None:
+        multiple("stop_steps", f.stop_steps, n)
+    if f.seed is not None:
+        require(0 <= f.seed <= MAX_SEED, f"--seed={f.seed} must be in [0, {MAX_SEED}]")
+    require(f.learning_rate > 0, f"--learning_rate={f.learning_rate} must be > 0")
+    require(f.poly_power > 0, f"--poly_power={f.poly_power} must be > 0")
+    for name in ("lamb_beta_1", "lamb_beta_2"):
+        require(0 < f[name].value < 1, f"--{name}={f[name].value} must be in (0, 1)")
+    require(f.lamb_weight_decay_rate >= 0,
+            f"--lamb_weight_decay_rate={f.lamb_weight_decay_rate} must be >= 0")
+    require(MIN_LOG_EPSILON <= f.log_epsilon <= 0,
+            f"--log_epsilon={f.log_epsilon} must be in [{MIN_LOG_EPSILON}, 0] (epsilon "
+            "10 ** log_epsilon in [1e-30, 1])")
+    require(0 < f.target_mlm_accuracy <= 1,
+            f"--target_mlm_accuracy={f.target_mlm_accuracy} must be in (0, 1]")
+    if f.dropout_override is not None:
+        require(0 <= f.dropout_override < 1,
+                f"--dropout_override={f.dropout_override} must be in [0, 1)")
+
+
+def apply_preset(flag_values: flags.FlagValues = FLAGS) -> list[str]:
+    """Fill flags not given on the command line from --preset; returns the names set."""
+    from reference import presets
+    if not flag_values.preset:
+        return []
+    values = presets.resolve(flag_values.preset, flag_values.data_dir)
+    applied = []
+    for name, value in values.items():
+        if name not in flag_values:
+            raise presets.PresetError(f"--preset={flag_values.preset}: unknown flag {name!r}")
+        if flag_values[name].present:
+            continue
+        flag_values[name].value = value
+        applied.append(name)
+    logging.info("preset %s: %s", flag_values.preset,
+                 ", ".join(f"--{n}={flag_values[n].value}" for n in applied))
+    return applied
+

@@ -1,0 +1,439 @@
+"""The run of `python -m reference.run_pretraining`: an MLPerf training run with evals at the
+benchmark's cadence (`train`), or one evaluation (`evaluate_only`), from preflighted RunOptions
+(reference/run_options.py, reference/preflight.py). See run_pretraining's docstring for what a
+run does, writes and logs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+
+from absl import logging
+from mlperf_logging.mllog import constants as mlc
+
+from benchmark import cadence, log_keys
+from reference.error_text import writing
+from reference.preflight import peek_progress, prepare_output_dir
+from reference.run_flags import UsageError
+from reference.run_options import RunOptions, resumed_options, run_settings
+
+# Logged keys that neither benchmark.log_keys nor mlperf_logging's constants define.
+MAX_PREDICTIONS_PER_SEQ = "max_predictions_per_seq"
+MIXED_PRECISION = "mixed_precision"
+
+
+class InternalError(RuntimeError):
+    """A state the trainer must never be in (a bug, or counters crafted by hand); one line."""
+
+
+@dataclass
+class RunResult:
+    """What a run did: status ("success", "aborted", "evaluated", "finished-before"), the
+    global step and samples at the end, and every eval as (samples, metrics)."""
+    status: str
+    step: int
+    samples: int
+    evals: list[tuple[int, dict[str, float]]] = field(default_factory=list)
+
+
+def _save(manager, step: int) -> None:
+    """Save checkpoint `<name>-<step>`; a write that fails (e.g. a full disk) is an OutputError
+    (the incomplete checkpoint is skipped when the run is started again)."""
+    from reference.trainer import CHECKPOINT_NAME
+    with writing("--output_dir", os.path.join(manager.directory, f"{CHECKPOINT_NAME}-{step}")):
+        manager.save(checkpoint_number=step)
+
+
+def _write_eval_results(output_dir: str, step: int, metrics: dict[str, float]) -> None:
+    import tensorflow as tf
+    path = os.path.join(output_dir, "eval_results.txt")
+    lines = [f"global_step = {step}"] + [f"{key} = {metrics[key]}" for key in sorted(metrics)]
+    partial = f"{path}.partial-{os.getpid()}"  # written whole, then renamed over the old one
+    with writing("--output_dir", path):
+        with tf.io.gfile.GFile(partial, "w") as out:
+            out.write("\n".join(lines) + "\n")
+        tf.io.gfile.rename(partial, path, overwrite=True)
+    logging.info("eval results (%s): %s", path, ", ".join(lines))
+
+
+def _platform(options: RunOptions, strategy) -> str:
+    if options.submission_platform:
+        return options.submission_platform
+    kind = "TPU" if options.strategy.use_tpu else "GPU" if options.strategy.num_gpus else "CPU"
+    return f"{strategy.num_replicas_in_sync}x{kind}"
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m{rest % 60:02d}s" if hours else \
+        f"{rest // 60}m{rest % 60:02d}s"
+
+
+class _Run:
+    """One process's part of a run: strategy, trainer, datasets, logs."""
+
+    def __init__(self, options: RunOptions, strategy=None):
+        import tensorflow as tf
+        from reference import distribution
+        self.tf = tf
+        self.options = options
+        self.strategy = strategy or distribution.make_strategy(options.strategy)
+        self.chief = distribution.is_chief(self.strategy)
+        self.task = distribution.task_id(self.strategy)
+        self.train_per_replica = distribution.per_replica(options.train_batch_size,
+                                                          self.strategy, "--train_batch_size")
+        self.eval_per_replica = distribution.per_replica(options.eval_batch_size,
+                                                         self.strategy, "--eval_batch_size")
+        logging.info("%s; global batch %d (%d per replica x %d micro-batches)",
+                     distribution.describe(self.strategy), options.global_batch_size,
+                     self.train_per_replica, options.steps_per_update)
+
+    def build_trainer(self):
+        from reference.trainer import Trainer, set_mixed_precision
+        options = self.options
+        set_mixed_precision(options.mixed_precision)
+        config = options.bert_config
+        if options.dropout_override is not None:
+            config = dataclasses.replace(config, hidden_dropout_prob=options.dropout_override,
+                                         attention_probs_dropout_prob=options.dropout_override)
+        self.tf.random.set_seed(options.seed)
+        self.trainer = Trainer(self.strategy, config, options.optimizer,
+                               options.train_batch_size, options.steps_per_update,
+                               options.clip_after_allreduce, options.mixed_precision)
+        return self.trainer
+
+    # -------------------------------------------------------------- datasets
+    def eval_dataset(self):
+        from reference import input_pipeline
+        options = self.options
+        padded = input_pipeline.padded_eval_size(options.eval_records, options.eval_batch_size)
+        self.eval_steps = padded // options.eval_batch_size
+
+        def dataset_fn(context):
+            return input_pipeline.eval_dataset(
+                options.eval_files, self.eval_per_replica, options.eval_records, padded,
+                options.max_seq_length, options.max_predictions_per_seq, context)
+
+        return self.strategy.distribute_datasets_from_function(dataset_fn)
+
+    def train_iterator(self):
+        """The distributed training stream, continuing where the trainer's global step left it.
+
+        A resumed run must feed exactly the batches an uninterrupted run feeds from that step
+        on. Each input pipeline rebuilds the same seeded stream and skips the micro-batches its
+        replicas consumed: global step (micro-steps) x the replicas it feeds, dropped as
+        serialized records before batching and parsing. This is preferred to checkpointing the
+        tf.data iterator, whose state holds every worker's shuffle and prefetch buffers and ties
+        a checkpoint to one strategy and worker count; skipping costs one read of the consumed
+        records per resume and works alike for every strategy and for accumulation.
+        """
+        from reference import input_pipeline
+        options = self.options
+        consumed_steps = self.trainer.step
+
+        def dataset_fn(context):
+            replicas_fed = context.num_replicas_in_sync // context.num_input_pipelines
+            return input_pipeline.train_dataset(
+                options.input_files, self.train_per_replica, options.max_seq_length,
+                options.max_predictions_per_seq, options.seed, options.steps_per_update,
+                context, skip_batches=consumed_steps * replicas_fed,
+                id_ranges=options.id_ranges)
+
+        return iter(self.strategy.distribute_datasets_from_function(dataset_fn))
+
+    # -------------------------------------------------------------- outputs
+    def summary_writer(self, folder: str):
+        """The TensorBoard writer of OUTPUT_DIR/<folder> (the chief's; others write none)."""
+        if not self.chief:
+            return self.tf.summary.create_noop_writer()
+        path = os.path.join(self.options.output_dir, folder)
+        with writing("--output_dir", path):
+            return self.tf.summary.create_file_writer(path)
+
+    def write_eval(self, step: int, metrics: dict[str, float], writer) -> None:
+        """An eval's outputs: eval_results.txt and the summaries of `writer` (OUTPUT_DIR/eval)."""
+        _write_eval_results(self.options.output_dir, step, metrics)
+        with writing("--output_dir", os.path.join(self.options.output_dir, "eval")), \
+                writer.as_default(step=step):
+            for key, value in metrics.items():
+                self.tf.summary.scalar(key, value)
+            writer.flush()
+
+    def evaluate(self, dataset) -> dict[str, float]:
+        started = time.time()
+        metrics = self.trainer.evaluate(dataset, self.eval_steps)
+        logging.info("eval of %d records in %.1f s: masked_lm_accuracy %.5f, masked_lm_loss "
+                     "%.4f, next_sentence_accuracy %.4f", self.options.eval_records,
+                     time.time() - started, metrics["masked_lm_accuracy"],
+                     metrics["masked_lm_loss"], metrics["next_sentence_accuracy"])
+        return metrics
+
+
+def evaluate_only(options: RunOptions, strategy=None) -> RunResult:
+    """--do_eval --nodo_train: one eval of --init_checkpoint or the latest checkpoint.
+
+    strategy: the tf.distribute strategy (default: made from options.strategy).
+    """
+    from reference import checkpoint as ckpt
+    from reference.trainer import CHECKPOINT_NAME
+    run = _Run(options, strategy)
+    tf = run.tf
+    prepare_output_dir(options.output_dir)
+    trainer = run.build_trainer()
+    source = options.init_checkpoint or ckpt.latest_complete_checkpoint(
+        options.output_dir, CHECKPOINT_NAME)[0]
+    if not source:
+        raise UsageError(f"nothing to evaluate: no --init_checkpoint and no checkpoint in "
+                         f"{options.output_dir}")
+    try:
+        fmt = ckpt.checkpoint_format(source)
+    except ckpt.CheckpointError:
+        fmt = None
+    if fmt is None:
+        path = ckpt.latest_complete_checkpoint(source, CHECKPOINT_NAME)[0] \
+            if tf.io.gfile.isdir(source) else source
+        if not path:
+            raise UsageError(f"{source}: holds no complete checkpoint to evaluate")
+        trainer.restore(path, model_only=True)
+    else:
+        trainer.load_initial_checkpoint(source)
+    metrics = run.evaluate(run.eval_dataset())
+    if run.chief:
+        run.write_eval(trainer.step, metrics, run.summary_writer("eval"))
+    return RunResult("evaluated", trainer.step, trainer.samples, [(trainer.samples, metrics)])
+
+
+def train(options: RunOptions, strategy=None) -> RunResult:
+    """--do_train [--do_eval]: an MLPerf run (see reference.run_pretraining's docstring).
+
+    strategy: the tf.distribute strategy (default: made from options.strategy).
+    Raises UsageError (before anything is logged) when OUTPUT_DIR holds a checkpoint of a run
+    with other run-defining settings, OutputError when an output cannot be written, and
+    InternalError when the training loop would not advance; an error after run_start ends the
+    MLPerf log with run_stop "aborted" first.
+    """
+    from benchmark.mlperf_log import BertLogger, Hyperparameters
+    from reference import checkpoint as ckpt
+    from reference.run_log import LogFile
+    from reference.trainer import CHECKPOINT_NAME, worker_checkpoint_dir
+
+    run = _Run(options, strategy)
+    prepare_output_dir(options.output_dir)
+    # The newest checkpoint that reads back whole: a kill mid-save, or a damaged file, makes
+    # the run resume from the one before (each skipped one is named in a warning).
+    latest, skipped = ckpt.latest_complete_checkpoint(options.output_dir, CHECKPOINT_NAME)
+    progress = None
+    if latest:
+        progress = peek_progress(latest)
+        options = run.options = resumed_options(options, progress.settings, latest)
+    n = options.steps_per_update
+    batch = options.global_batch_size
+    budget_updates = options.budget_steps // n
+    if run.chief:
+        with writing("--output_dir", options.output_dir):
+            ckpt.remove_orphan_save_folders(options.output_dir, CHECKPOINT_NAME)
+    if progress and (progress.reached or progress.step >= options.budget_steps):
+        why = "reached the target" if progress.reached else \
+            f"used its step budget ({options.budget_steps})"
+        logging.warning("%s already %s at step %d (%d samples); nothing to train", latest, why,
+                        progress.step, progress.samples)
+        return RunResult("finished-before", progress.step, progress.samples)
+
+    division = options.submission_division
+    if options.noncompliant and division == "closed":
+        logging.warning("not a closed-division run (%s): logging it as open division",
+                        "; ".join(options.noncompliant))
+        division = "open"
+
+    # Before the log is opened: a folder that cannot be written stops the run unlogged.
+    summaries, eval_summaries = run.summary_writer("train"), run.summary_writer("eval")
+    log_file = LogFile(options.mlperf_log, sys.stdout) if run.chief else LogFile(None)
+    log = BertLogger(stream=log_file)
+    result = RunResult(log_keys.ABORTED, 0, 0)
+    run_started = run_stopped = False
+    try:
+        log.submission(org=options.submission_org, platform=_platform(options, run.strategy),
+                       division=division, status=options.submission_status)
+        log.cache_clear()
+        log_file.check()  # a log that cannot be written stops the run before init_start
+        log.init_start()
+        for reason in options.noncompliant:
+            logging.warning("non-compliant: %s", reason)
+            log.event(log_keys.NONCOMPLIANT, reason)
+        log.seed(options.seed)
+        trainer = run.build_trainer()
+        manager = trainer.checkpoint_manager(
+            worker_checkpoint_dir(options.output_dir, run.chief, run.task),
+            options.keep_checkpoint_max or None)
+        if latest:
+            trainer.restore(latest)
+            resume = {"checkpoint": latest, "global_step": trainer.step,
+                      "samples": trainer.samples}
+            if skipped:
+                resume["skipped_checkpoints"] = skipped
+            log.event(log_keys.RESUME, None, resume)
+            if options.init_checkpoint:
+                logging.info("--init_checkpoint ignored: resuming from %s", latest)
+        else:
+            trainer.set_seed(options.seed)
+            if options.init_checkpoint:
+                names = trainer.load_initial_checkpoint(options.init_checkpoint)
+                log.weights_initialization(ckpt.restored_tensor_names(names))
+            else:
+                trainer.initialize_weights(options.seed)
+        trainer.set_run_settings(json.dumps(run_settings(options)))
+        for key, value in ((mlc.OPT_NAME, options.optimizer.name),
+                           (mlc.MAX_SEQUENCE_LENGTH, options.max_seq_length),
+                           (MAX_PREDICTIONS_PER_SEQ, options.max_predictions_per_seq),
+                           (mlc.OPT_LAMB_LR_DECAY_POLY_POWER, options.optimizer.poly_power),
+                           (MIXED_PRECISION, options.mixed_precision)):
+            log.event(key, value)
+        hp = Hyperparameters(
+            global_batch_size=batch, opt_base_learning_rate=options.optimizer.learning_rate,
+            opt_epsilon=options.optimizer.epsilon,
+            opt_learning_rate_training_steps=options.optimizer.num_train_steps // n,
+            opt_learning_rate_warmup_steps=options.optimizer.num_warmup_steps // n,
+            num_warmup_steps=options.optimizer.num_warmup_steps // n,
+            start_warmup_step=options.optimizer.start_warmup_step // n,
+            opt_lamb_beta_1=options.optimizer.beta_1, opt_lamb_beta_2=options.optimizer.beta_2,
+            opt_lamb_weight_decay_rate=options.optimizer.weight_decay_rate,
+            gradient_accumulation_steps=n)
+        log.hyperparameters(hp, eval_samples=options.eval_records)
+        iterator = run.train_iterator()
+        eval_data = run.eval_dataset() if options.do_eval else None
+        log.init_stop()
+        log_file.check()
+
+        log.run_start()
+        run_started = True
+        result = _train_loop(run, options, log, log_file, iterator, eval_data, manager,
+                             budget_updates, summaries, eval_summaries)
+        log.train_samples(trainer.samples)
+        log.run_stop(result.status)
+        run_stopped = True
+        log_file.check()
+        _save(manager, trainer.step)
+        logging.info("run %s at step %d, %d samples; checkpoint %s", result.status,
+                     trainer.step, trainer.samples, manager.latest_checkpoint)
+    except BaseException:
+        if run_started and not run_stopped:  # whatever stopped it, the log says the run ended
+            log.run_stop(log_keys.ABORTED)
+        raise
+    finally:
+        log.close()
+        log_file.close()
+    log_file.check()
+    if not run.chief:
+        shutil.rmtree(worker_checkpoint_dir(options.output_dir, False, run.task),
+                      ignore_errors=True)
+    return result
+
+
+def _train_loop(run: _Run, options: RunOptions, log, log_file, iterator, eval_data, manager,
+                budget_updates: int, summaries, eval_summaries) -> RunResult:
+    """Train from the trainer's step to the budget, in blocks that end at each eval.
+
+    Every block trains at least one update: a block that would not (the step and sample
+    counters disagree with each other, so the next eval lies behind the step) raises
+    InternalError instead of looping without training.
+    """
+    tf = run.tf
+    trainer = run.trainer
+    n = options.steps_per_update
+    batch = options.global_batch_size
+    frequency = options.eval_frequency
+    result = RunResult(log_keys.ABORTED, trainer.step, trainer.samples)
+    train_folder = os.path.join(options.output_dir, "train")
+
+    def do_eval() -> bool:
+        samples = trainer.samples
+        log.eval_start(samples)
+        metrics = run.evaluate(eval_data)
+        log.eval_stop(samples)
+        log.eval_accuracy(samples, metrics["masked_lm_accuracy"])
+        result.evals.append((samples, metrics))
+        if run.chief:
+            run.write_eval(trainer.step, metrics, eval_summaries)
+        log_file.check()
+        return metrics["masked_lm_accuracy"] >= options.target_mlm_accuracy
+
+    if eval_data is not None and options.eval_at_start and trainer.samples == 0:
+        if do_eval():
+            trainer.target_reached.assign(1)
+            result.status = log_keys.SUCCESS
+            return result
+
+    update = trainer.step // n
+    eval_index = cadence.next_eval_index(trainer.samples, frequency)
+    updates_per_call = options.iterations_per_loop // n
+    run_started = time.time()
+    first_samples = trainer.samples
+    every = options.save_checkpoints_steps
+    while update < budget_updates:
+        eval_at = cadence.eval_update(eval_index, frequency, batch) if eval_data is not None \
+            else budget_updates + 1
+        block_end = min(eval_at, budget_updates)
+        if block_end <= update:
+            raise InternalError(f"a training block from update {update} to update {block_end} "
+                                f"({(block_end - update) * batch} samples) at step "
+                                f"{trainer.step}, {trainer.samples} samples: the step and "
+                                "sample counters disagree")
+        block_first = trainer.samples
+        log.block_start(block_first, (block_end - update) * batch)
+        save_due = False
+        while update < block_end:
+            count = min(updates_per_call, block_end - update)
+            before = trainer.step
+            started = time.time()
+            losses = trainer.train_steps(iterator, count)
+            elapsed = time.time() - started
+            update += count
+            _log_progress(options, trainer, losses, count * batch / max(elapsed, 1e-9),
+                          (trainer.samples - first_samples) / max(time.time() - run_started,
+                                                                  1e-9),
+                          update, eval_at, budget_updates)
+            with writing("--output_dir", train_folder), \
+                    summaries.as_default(step=trainer.step):
+                for key in ("total_loss", "masked_lm_loss", "next_sentence_loss",
+                            "learning_rate"):
+                    tf.summary.scalar(key, losses[key])
+                tf.summary.scalar("samples_per_second", count * batch / max(elapsed, 1e-9))
+            save_due = save_due or trainer.step // every > before // every
+            if save_due and update < block_end:
+                _save(manager, trainer.step)
+                save_due = False
+        log.block_stop(block_first)
+        log_file.check()
+        if update == eval_at:
+            eval_index += 1
+            if do_eval():
+                trainer.target_reached.assign(1)
+                result.status = log_keys.SUCCESS
+                break
+        if save_due and update < budget_updates:  # after the eval at the same step
+            _save(manager, trainer.step)
+    with writing("--output_dir", train_folder):
+        summaries.flush()
+    result.step, result.samples = trainer.step, trainer.samples
+    return result
+
+
+def _log_progress(options: RunOptions, trainer, losses: dict, rate: float, overall: float,
+                  update: int, eval_at: int, budget_updates: int) -> None:
+    """One absl line per host call: progress, losses, speed and the time left."""
+    batch = options.global_batch_size
+    next_stop = min(eval_at, budget_updates)
+    logging.info(
+        "step %d/%d, %d samples | loss %.4f (mlm %.4f, nsp %.4f), lr %.3g | %.1f samples/s "
+        "(%.1f since start) | %s to %s, %s to the step budget",
+        trainer.step, options.budget_steps, trainer.samples, losses["total_loss"],
+        losses["masked_lm_loss"], losses["next_sentence_loss"], losses["learning_rate"], rate,
+        overall, _duration((next_stop - update) * batch / max(overall, 1e-9)),
+        "the next eval" if eval_at <= budget_updates else "the end",
+        _duration((budget_updates - update) * batch / max(overall, 1e-9)))
