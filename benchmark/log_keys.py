@@ -41,6 +41,13 @@ RESUME = "resume"
 # The run was started with a setting the closed division does not allow (value: the reason).
 NONCOMPLIANT = "noncompliant"
 
+# Run settings the trainer logs once besides the hyperparameters.
+OPT_NAME = mlc.OPT_NAME
+MAX_SEQUENCE_LENGTH = mlc.MAX_SEQUENCE_LENGTH
+OPT_LAMB_LR_DECAY_POLY_POWER = mlc.OPT_LAMB_LR_DECAY_POLY_POWER
+MAX_PREDICTIONS_PER_SEQ = "max_predictions_per_seq"  # not in mlperf_logging's constants
+MIXED_PRECISION = "mixed_precision"  # ours: the --mixed_precision policy
+
 # Metadata fields.
 EPOCH_NUM = mlc.EPOCH_NUM            # on eval events: samples trained so far (BERT)
 FIRST_EPOCH_NUM = mlc.FIRST_EPOCH_NUM  # on blocks: samples trained when the block starts

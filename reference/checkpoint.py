@@ -55,8 +55,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from benchmark.errors import UserError
-from reference.error_text import one_line
+from benchmark.errors import UserError, one_line
 
 # ----------------------------------------------------------------------------------- tables
 # (checkpoint name, model variable name, transform)

@@ -21,8 +21,7 @@ from dataclasses import dataclass
 import tensorflow as tf
 from absl import logging
 
-from benchmark.errors import UserError
-from reference.error_text import one_line
+from benchmark.errors import UserError, one_line
 
 
 class StrategyError(UserError, ValueError):

@@ -34,7 +34,6 @@ globs, as the MLCommons reference's `--input_file`.
 from __future__ import annotations
 
 import itertools
-import struct
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterator, Mapping
@@ -42,25 +41,15 @@ from typing import Iterator, Mapping
 import numpy as np
 import tensorflow as tf
 
-from benchmark.errors import UserError
-from cleanup_scripts.pretraining_features import (DecodeError, decode_example, feature_spec,
-                                                  masked_crc32c, tf_feature_spec)
-from reference.error_text import one_line
+from benchmark.errors import UserError, one_line
+from cleanup_scripts.pretraining_features import (FramingError, feature_problem, feature_spec,
+                                                  framed_records, tf_feature_spec)
 
 EXAMPLE_WEIGHT = "example_weight"
 SHUFFLE_BUFFER = 1000  # records, as the MLCommons reference
 CYCLE_LENGTH = 4  # files read at once
-HEADER_BYTES = 12  # a TFRecord's uint64 length and the length's masked CRC-32C
-FOOTER_BYTES = 4  # the data's masked CRC-32C
 PARSE_CHUNK = 1024  # records parsed per TensorFlow call while checking
 CHECK_THREADS = 16  # files whose first record is checked at once (remote files: latency)
-# The flag that sets each feature's length (next_sentence_labels always holds one value).
-LENGTH_FLAGS = {"input_ids": "--max_seq_length", "input_mask": "--max_seq_length",
-                "segment_ids": "--max_seq_length",
-                "masked_lm_positions": "--max_predictions_per_seq",
-                "masked_lm_ids": "--max_predictions_per_seq",
-                "masked_lm_weights": "--max_predictions_per_seq"}
-
 
 class InputError(UserError, ValueError):
     """Input files that cannot be used; the message is one line naming the file or pattern."""
@@ -161,70 +150,17 @@ class BadRecord:
         return f"{self.path}: record {self.index}: {self.problem}"
 
 
-class _FramingError(Exception):
-    """A record whose TFRecord framing is damaged (or unreadable): its index and the problem."""
-
-    def __init__(self, index: int, problem: str):
-        super().__init__(problem)
-        self.index = index
-        self.problem = problem
-
-
 def _framed_records(path: str) -> Iterator[bytes]:
-    """The data of each record of a TFRecord file (any tf.io.gfile path), checksums verified.
+    """The data of each record of a TFRecord file (any tf.io.gfile path), checksums verified,
+    read by the one TFRecord codec (`cleanup_scripts.pretraining_features`).
 
-    Raises _FramingError at the first record that is truncated, fails a CRC or cannot be read.
+    Raises FramingError at the first record that is truncated, fails a CRC or cannot be read.
     """
-    index = offset = 0
     try:
         with tf.io.gfile.GFile(path, "rb") as handle:
-            while True:
-                header = handle.read(HEADER_BYTES)
-                if not header:
-                    return
-                if len(header) < HEADER_BYTES:
-                    raise _FramingError(index, f"truncated at byte {offset + len(header)} "
-                                               f"(inside the record's {HEADER_BYTES}-byte header)")
-                if masked_crc32c(header[:8]) != struct.unpack("<I", header[8:])[0]:
-                    raise _FramingError(index, "length CRC mismatch (data corrupted" + (
-                        ", or not a TFRecord file)" if index == 0 else ")"))
-                length = struct.unpack("<Q", header[:8])[0]
-                body = handle.read(length + FOOTER_BYTES)
-                end = offset + HEADER_BYTES + length + FOOTER_BYTES
-                if len(body) < length + FOOTER_BYTES:
-                    raise _FramingError(index, f"truncated at byte "
-                                               f"{offset + HEADER_BYTES + len(body)} (the record "
-                                               f"starts at byte {offset} and ends at byte {end})")
-                if masked_crc32c(body[:length]) != struct.unpack("<I", body[length:])[0]:
-                    raise _FramingError(index, "CRC mismatch (data corrupted)")
-                yield body[:length]
-                index, offset = index + 1, end
+            yield from framed_records(handle, read_errors=(tf.errors.OpError,))
     except tf.errors.OpError as err:
-        raise _FramingError(index, f"cannot read ({one_line(err)})") from err
-
-
-def feature_problem(data: bytes, max_seq_length: int,
-                    max_predictions_per_seq: int) -> str | None:
-    """Why one serialized record does not fit the pretraining feature spec (None: it fits).
-
-    The answer names the feature and, for a wrong length, the flag that sets the length, e.g.
-    "feature input_ids has 384 values, expected --max_seq_length=512".
-    """
-    try:
-        decoded = decode_example(data)
-    except DecodeError as err:
-        return f"not a tf.train.Example ({err})"
-    for name, spec in feature_spec(max_seq_length, max_predictions_per_seq).items():
-        kind, values = decoded.get(name, ("none", None))
-        if kind == "none":
-            return f"feature {name} is missing"
-        if kind != spec.dtype:
-            return f"feature {name} holds {kind} values, expected {spec.dtype}"
-        if len(values) != spec.length:
-            flag = LENGTH_FLAGS.get(name)
-            expected = f"{flag}={spec.length}" if flag else str(spec.length)
-            return f"feature {name} has {len(values)} values, expected {expected}"
-    return None
+        raise FramingError(0, f"cannot read ({one_line(err)})") from err
 
 
 def _first_unparsable(path: str, first_index: int, records: list[bytes], max_seq_length: int,
@@ -284,7 +220,7 @@ def _scan_file(path: str, max_seq_length: int, max_predictions_per_seq: int,
                 if bad:
                     return count, bad
                 chunk = []
-    except _FramingError as err:
+    except FramingError as err:
         damaged = BadRecord(path, err.index, err.problem)
     finally:
         records.close()
@@ -342,7 +278,7 @@ def _first_record_error(path: str, max_seq_length: int, max_predictions_per_seq:
     records = _framed_records(path)
     try:
         first = next(records, None)
-    except _FramingError as err:
+    except FramingError as err:
         return f"{flag}: {BadRecord(path, err.index, err.problem)}"
     finally:
         records.close()

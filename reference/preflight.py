@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from absl import logging
 
 from benchmark import constants
-from reference.error_text import one_line, writing
+from benchmark.errors import one_line
+from reference.error_text import writing
 from reference.run_flags import UsageError, require
 from reference.run_options import RunOptions
 

@@ -14,17 +14,12 @@ import time
 from dataclasses import dataclass, field
 
 from absl import logging
-from mlperf_logging.mllog import constants as mlc
 
 from benchmark import cadence, log_keys
 from reference.error_text import writing
 from reference.preflight import peek_progress, prepare_output_dir
 from reference.run_flags import UsageError
 from reference.run_options import RunOptions, resumed_options, run_settings
-
-# Logged keys that neither benchmark.log_keys nor mlperf_logging's constants define.
-MAX_PREDICTIONS_PER_SEQ = "max_predictions_per_seq"
-MIXED_PRECISION = "mixed_precision"
 
 
 class InternalError(RuntimeError):
@@ -288,11 +283,11 @@ def train(options: RunOptions, strategy=None) -> RunResult:
             else:
                 trainer.initialize_weights(options.seed)
         trainer.set_run_settings(json.dumps(run_settings(options)))
-        for key, value in ((mlc.OPT_NAME, options.optimizer.name),
-                           (mlc.MAX_SEQUENCE_LENGTH, options.max_seq_length),
-                           (MAX_PREDICTIONS_PER_SEQ, options.max_predictions_per_seq),
-                           (mlc.OPT_LAMB_LR_DECAY_POLY_POWER, options.optimizer.poly_power),
-                           (MIXED_PRECISION, options.mixed_precision)):
+        for key, value in ((log_keys.OPT_NAME, options.optimizer.name),
+                           (log_keys.MAX_SEQUENCE_LENGTH, options.max_seq_length),
+                           (log_keys.MAX_PREDICTIONS_PER_SEQ, options.max_predictions_per_seq),
+                           (log_keys.OPT_LAMB_LR_DECAY_POLY_POWER, options.optimizer.poly_power),
+                           (log_keys.MIXED_PRECISION, options.mixed_precision)):
             log.event(key, value)
         hp = Hyperparameters(
             global_batch_size=batch, opt_base_learning_rate=options.optimizer.learning_rate,

@@ -5,7 +5,8 @@ import errno
 
 import tensorflow as tf
 
-from reference.error_text import one_line, write_failure
+from benchmark.errors import one_line
+from reference.error_text import write_failure
 
 
 def test_first_non_blank_line_of_the_message():
