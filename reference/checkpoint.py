@@ -31,8 +31,7 @@ tests/fixtures/reference_model/README.md.
 Our own training checkpoints are object-based tf.train.Checkpoints (`training_checkpoint`) of the
 model, the optimizer, the global step and the trainer's counters: `reference.trainer.Trainer`
 saves them through a tf.train.CheckpointManager and restores them with
-`read_training_checkpoint`, the one restore path (`save_training_checkpoint` /
-`restore_training_checkpoint` do the same for a bare model, optimizer and step).
+`read_training_checkpoint`, the one restore path.
 
 Crash safety of training checkpoints: tf.train.CheckpointManager writes the data and index
 files into a temporary folder, renames them into place, and only then rewrites the `checkpoint`
@@ -395,24 +394,13 @@ def training_checkpoint(model, optimizer=None, global_step: tf.Variable | None =
     return tf.train.Checkpoint(**objects)
 
 
-def save_training_checkpoint(prefix: str | os.PathLike, model, optimizer=None,
-                             global_step: tf.Variable | None = None) -> str:
-    """Write model (+ optimizer state, + global step) to `prefix` (.index/.data files).
-
-    Returns the checkpoint path written (equal to `prefix`).
-    """
-    path = training_checkpoint(model, optimizer, global_step).write(os.fspath(prefix))
-    logging.info("saved training checkpoint %s", path)
-    return path
-
-
 def read_training_checkpoint(path: str, checkpoint: tf.train.Checkpoint) -> None:
     """Read the training checkpoint at prefix `path` into the objects of `checkpoint`.
 
     Every object of `checkpoint` must be found in the file (a model-only read of a checkpoint
     that also holds optimizer state is fine). Raises CheckpointError (one line) when the file
     cannot be read or does not fit. The one way a training checkpoint is restored
-    (`restore_training_checkpoint`, `reference.trainer.Trainer.restore`).
+    (`reference.trainer.Trainer.restore`).
     """
     try:
         status = checkpoint.read(path)
@@ -424,29 +412,6 @@ def read_training_checkpoint(path: str, checkpoint: tf.train.Checkpoint) -> None
         raise CheckpointError(f"{path}: does not fit this model/optimizer "
                               f"({one_line(err)})") from err
     status.expect_partial()
-
-
-def restore_training_checkpoint(path: str | os.PathLike, model, optimizer=None,
-                                global_step: tf.Variable | None = None) -> str:
-    """Restore what `save_training_checkpoint` wrote into the given objects.
-
-    Every given object must be found in the checkpoint (a model-only restore from a checkpoint
-    that also holds optimizer state is fine). The optimizer's slots are built first, for the
-    model's trainable variables. `path` may be a prefix or a directory (latest checkpoint).
-
-    Returns the path restored. Raises CheckpointError (one line) if it does not fit.
-    """
-    path = os.fspath(path)
-    if tf.io.gfile.isdir(path):
-        latest = tf.train.latest_checkpoint(path)
-        if latest is None:
-            raise CheckpointError(f"{path}: no checkpoint in this directory")
-        path = latest
-    if optimizer is not None and hasattr(optimizer, "build"):
-        optimizer.build(model.trainable_variables)
-    read_training_checkpoint(path, training_checkpoint(model, optimizer, global_step))
-    logging.info("restored training checkpoint %s", path)
-    return path
 
 
 def checkpoint_problem(path: str) -> str | None:

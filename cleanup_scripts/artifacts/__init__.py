@@ -5,3 +5,8 @@ each artifact may sit, are `cleanup_scripts.checksums`.
 
 `python -m cleanup_scripts.download|upload|verify|storage` run these modules' `main`.
 """
+
+
+class Retryable(Exception):
+    """A transient failure of one network request (connection error, HTTP 5xx or 429, a transfer
+    cut short): the caller waits and tries again, resuming where it stopped."""

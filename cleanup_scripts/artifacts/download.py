@@ -66,6 +66,7 @@ from tqdm import tqdm
 from benchmark.errors import exit_on_user_error
 from benchmark.files import md5_file
 from cleanup_scripts import checksums
+from cleanup_scripts.artifacts import Retryable
 from cleanup_scripts.fileio import (InputError, atomic_output, disk_full, ensure_dir,
                                     temporary_name)
 from cleanup_scripts.runner import StageSummary, report
@@ -205,10 +206,6 @@ def _content_range(value: str | None) -> tuple[int, int | None] | None:
     return int(match.group(1)), None if match.group(2) == "*" else int(match.group(2))
 
 
-class _Retryable(Exception):
-    """A transient failure (network, server error): the next attempt resumes."""
-
-
 def open_source(url: str, offset: int, opener: urllib.request.OpenerDirector | None = None,
                 _pages_followed: int = 0) -> tuple[BinaryIO, int, int | None]:
     """Open `url` for reading from byte `offset`: (stream, first byte it yields, total size).
@@ -236,10 +233,10 @@ def open_source(url: str, offset: int, opener: urllib.request.OpenerDirector | N
         if err.code == 416 and offset:  # nothing after `offset`: the partial file is complete
             return io.BytesIO(b""), offset, offset
         if err.code >= 500 or err.code == 429:
-            raise _Retryable(f"HTTP {err.code} {err.reason}") from err
+            raise Retryable(f"HTTP {err.code} {err.reason}") from err
         raise InputError(f"{url}: HTTP {err.code} {err.reason}") from err
     except (urllib.error.URLError, OSError) as err:
-        raise _Retryable(str(getattr(err, "reason", err))) from err
+        raise Retryable(str(getattr(err, "reason", err))) from err
     if response.headers.get_content_type() == "text/html":
         # None of the artifacts is a web page: this is Drive's confirmation (or error) page.
         page = response.read(4 << 20).decode("utf-8", "replace")
@@ -287,14 +284,14 @@ def _copy_from(url: str, partial: Path, expected_size: int | None, desc: str) ->
                 try:
                     chunk = stream.read(CHUNK_SIZE)
                 except (OSError, http.client.HTTPException) as err:
-                    raise _Retryable(f"interrupted at byte {written}: {err}") from err
+                    raise Retryable(f"interrupted at byte {written}: {err}") from err
                 if not chunk:
                     break
                 out.write(chunk)
                 written += len(chunk)
                 bar.update(len(chunk))
     if total is not None and written < total:
-        raise _Retryable(f"connection closed at byte {written} of {total}")
+        raise Retryable(f"connection closed at byte {written} of {total}")
 
 
 def fetch(url: str, dest: str | os.PathLike, expected_md5: str | None = None,
@@ -319,7 +316,7 @@ def fetch(url: str, dest: str | os.PathLike, expected_md5: str | None = None,
         try:
             _copy_from(url, partial, expected_size, desc=dest.name)
             break
-        except _Retryable as err:
+        except Retryable as err:
             if attempt == retries:
                 raise InputError(f"{dest}: download from {url} failed ({err}); "
                                  f"run again to resume from {partial.name}") from err

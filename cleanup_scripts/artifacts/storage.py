@@ -56,6 +56,7 @@ from tqdm import tqdm
 
 from benchmark.errors import exit_on_user_error
 from benchmark.files import md5_file
+from cleanup_scripts.artifacts import Retryable
 from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir
 from cleanup_scripts.layout import DatasetLayout
 from cleanup_scripts.ledger import Entry, OutputLedger
@@ -388,10 +389,6 @@ class Transfer:
     resumed_from: int = 0
 
 
-class _Retryable(Exception):
-    """A transient failure (network, 5xx, 429) of one request of a resumable upload."""
-
-
 def chunk_size_bytes(megabytes: float) -> int:
     """`megabytes` MiB rounded up to a multiple of 256 KiB (the unit GCS requires)."""
     size = max(1, int(megabytes * (1 << 20)))
@@ -433,9 +430,9 @@ def _put(session: requests.Session, url: str, data: bytes, content_range: str
         response = session.put(url, data=data, headers={"Content-Range": content_range},
                                timeout=TIMEOUT_S)
     except requests.RequestException as err:
-        raise _Retryable(str(err)) from err
+        raise Retryable(str(err)) from err
     if response.status_code >= 500 or response.status_code == 429:
-        raise _Retryable(f"HTTP {response.status_code}")
+        raise Retryable(f"HTTP {response.status_code}")
     return response
 
 
@@ -512,7 +509,7 @@ def _chunked_upload(blob: storage.Blob, local: LocalFile, md5: str, chunk_size: 
                 else:
                     raise _UploadError(_error_message(response))
                 failures = 0
-            except _Retryable as err:
+            except Retryable as err:
                 failures += 1
                 if failures > RETRIES:
                     raise _UploadError(f"{err}; run again to resume from byte {offset}") from err
@@ -568,7 +565,7 @@ def upload_file(client: storage.Client, url: GcsUrl, local: LocalFile,
         else:
             remote_md5 = _single_upload(blob, local, md5, client)
             on_bytes(local.size)
-    except _Retryable as err:
+    except Retryable as err:
         raise InputError(f"{target}: upload failed ({err}); run again to resume") from err
     except _UploadError as err:
         if "md5" in str(err).lower():

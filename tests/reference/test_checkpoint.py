@@ -118,12 +118,14 @@ def test_training_checkpoint_round_trip(tiny_config, tf1_checkpoint, train_batch
     optimizer = Lamb(1e-3, beta_1=0.9, beta_2=0.99, weight_decay_rate=0.01)
     step = tf.Variable(0, dtype=tf.int64)
     one_step(model, optimizer, train_batch, step)
-    path = checkpoint.save_training_checkpoint(tmp_path / "ckpt-1", model, optimizer, step)
+    path = checkpoint.training_checkpoint(model, optimizer, step).write(str(tmp_path / "ckpt-1"))
 
     restored_model = BertPretrainingModel(config, name="restored")
     restored_opt = Lamb(1e-3, beta_1=0.9, beta_2=0.99, weight_decay_rate=0.01)
     restored_step = tf.Variable(0, dtype=tf.int64)
-    checkpoint.restore_training_checkpoint(path, restored_model, restored_opt, restored_step)
+    restored_opt.build(restored_model.trainable_variables)
+    checkpoint.read_training_checkpoint(
+        path, checkpoint.training_checkpoint(restored_model, restored_opt, restored_step))
     assert int(restored_step) == 1 and int(restored_opt.iterations) == 1
     assert float(restored_opt.beta_1_power) == float(optimizer.beta_1_power)
     for a, b in zip(model.variables, restored_model.variables):
@@ -139,12 +141,12 @@ def test_training_checkpoint_round_trip(tiny_config, tf1_checkpoint, train_batch
 
     # A model-only restore from the same checkpoint also works.
     model_only = BertPretrainingModel(config, name="model_only")
-    checkpoint.restore_training_checkpoint(path, model_only)
+    checkpoint.read_training_checkpoint(path, checkpoint.training_checkpoint(model_only))
 
 
 def test_training_checkpoint_mismatch_is_an_error(tiny_config, tmp_path):
     model = BertPretrainingModel(tiny_config, name="small")
-    path = checkpoint.save_training_checkpoint(tmp_path / "ckpt", model)
+    path = checkpoint.training_checkpoint(model).write(str(tmp_path / "ckpt"))
     other = BertPretrainingModel(dataclasses.replace(tiny_config, hidden_size=32), name="other")
     with pytest.raises(CheckpointError):
-        checkpoint.restore_training_checkpoint(path, other)
+        checkpoint.read_training_checkpoint(path, checkpoint.training_checkpoint(other))
