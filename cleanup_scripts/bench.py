@@ -42,7 +42,8 @@ from pathlib import Path
 
 from benchmark import constants
 from benchmark.errors import exit_on_user_error
-from cleanup_scripts import PUNKT_ENGLISH_DIR, SAMPLE_DUMP, VOCAB_FILE, checksums, dump_chunks
+from cleanup_scripts import (PUNKT_ENGLISH_DIR, SAMPLE_DUMP, VOCAB_FILE, checksums, dump_chunks,
+                             wikiextractor_275)
 from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir
 from cleanup_scripts.tfrecord_digest import tfrecord_digest
 
@@ -172,7 +173,6 @@ def bench_extraction(dump: Path, copies: int, work: Path, extractor_python: str 
     bz2_path.write_bytes(dump_chunks.multistream(xml, 100))
     date = constants.DUMP_DATE
     if extractor_python:
-        from cleanup_scripts import wikiextractor_275
         original = [extractor_python, "-c", _ORIGINAL_FILE_EXTRACTOR, date,
                     str(wikiextractor_275.installed_script())]
     else:

@@ -117,19 +117,16 @@ class _DumpReader(io.RawIOBase):
     """The decompressed bytes of a dump, with one-line errors and a check of its end.
 
     Decompression failures become InputError; with `check_end`, a dump whose data ends
-    without a closing `</mediawiki>` (cut short) is an InputError too at its end. `bar`
-    (closed with the reader) counts the bytes read from the file.
+    without a closing `</mediawiki>` (cut short) is an InputError too at its end.
     """
 
-    def __init__(self, path: Path, bar: tqdm | None = None, check_end: bool = True) -> None:
+    def __init__(self, path: Path, check_end: bool = True) -> None:
         super().__init__()
         self.path = path
         try:
             self._file = open(path, "rb")
         except OSError as err:
             raise InputError(f"{path}: cannot read ({err.strerror})") from err
-        self._bar = bar
-        self._consumed = 0
         if path.suffix == ".bz2":
             self._inner = bz2.BZ2File(self._file)
         elif path.suffix == ".gz":
@@ -160,10 +157,6 @@ class _DumpReader(io.RawIOBase):
         elif self._check_end and not self._tail.rstrip().endswith(b"</mediawiki>"):
             raise InputError(f"{self.path}: the XML ends before </mediawiki> "
                              f"(truncated or not a MediaWiki dump)")
-        if self._bar is not None:
-            position = self._file.tell()
-            self._bar.update(position - self._consumed)
-            self._consumed = position
         return count
 
     def close(self) -> None:
@@ -171,21 +164,13 @@ class _DumpReader(io.RawIOBase):
             if self._inner is not self._file:
                 self._inner.close()
             self._file.close()
-            if self._bar is not None:
-                self._bar.close()
         super().close()
 
 
-def open_dump(path: str | os.PathLike, desc: str | None = None,
-              check_end: bool = True) -> io.TextIOWrapper:
-    """Open a dump (.xml, .xml.bz2 or .xml.gz) as WikiExtractor's `decode_open` does (UTF-8,
-    universal newlines), through `_DumpReader`; `desc` names a byte progress bar."""
-    path = Path(path)
-    bar = None
-    if desc is not None:
-        bar = tqdm(total=path.stat().st_size, unit="B", unit_scale=True, unit_divisor=1024,
-                   desc=desc, leave=False, disable=None)
-    raw = _DumpReader(path, bar, check_end)
+def open_dump(path: str | os.PathLike, check_end: bool = True) -> io.TextIOWrapper:
+    """Open a dump (.xml, .xml.bz2 or .xml.gz) as text the way the reference's WikiExtractor
+    read its plain XML (UTF-8, universal newlines), through `_DumpReader`."""
+    raw = _DumpReader(Path(path), check_end)
     return io.TextIOWrapper(io.BufferedReader(raw, 1 << 20), encoding="utf-8")
 
 

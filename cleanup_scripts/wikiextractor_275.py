@@ -65,8 +65,8 @@ def _compile_as_python37(pattern, flags=0):
 
 def _cgi_escape(text: str, quote: bool = False) -> str:
     """Python 3.7's `cgi.escape`: `&`, `<`, `>` as entities, and `"` too when `quote`."""
-    return html.escape(text, quote=False).replace('"', "&quot;") if quote else \
-        html.escape(text, quote=False)
+    escaped = html.escape(text, quote=False)
+    return escaped.replace('"', "&quot;") if quote else escaped
 
 
 def _script_modules() -> dict[str, types.ModuleType]:
