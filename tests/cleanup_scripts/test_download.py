@@ -4,7 +4,6 @@ import hashlib
 import http.server
 import re
 import shutil
-import threading
 import urllib.parse
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import cleanup_scripts
 from cleanup_scripts import checksums
 from cleanup_scripts.artifacts import download
 from cleanup_scripts.fileio import InputError
+from tests.cleanup_scripts.range_server import loopback, send_ranged
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 MAGIC_WORDS_DUMP = FIXTURES / "wiki-dump" / "magic-words.xml.bz2"
@@ -65,37 +65,11 @@ class FileServer:
                 if name not in server.files:
                     self.send_error(404)
                     return
-                self.send_file(server.files[name])
-
-            def send_file(self, data):
-                start = 0
-                match = re.match(r"bytes=(\d+)-$", self.headers.get("Range") or "")
-                if match and not server.ignore_range:
-                    start = int(match.group(1))
-                    if start >= len(data):
-                        self.send_response(416)
-                        self.send_header("Content-Range", f"bytes */{len(data)}")
-                        self.end_headers()
-                        return
-                    self.send_response(206)
-                    self.send_header("Content-Range",
-                                     f"bytes {start}-{len(data) - 1}/{len(data)}")
-                else:
-                    self.send_response(200)
-                self.send_header("Content-Type", "application/octet-stream")
-                self.send_header("Content-Length", str(len(data) - start))
-                self.end_headers()
-                body = data[start:]
-                if server.cut_next_response_at is not None:
-                    body = body[:server.cut_next_response_at]
+                if send_ranged(self, server.files[name], not server.ignore_range,
+                               server.cut_next_response_at):
                     server.cut_next_response_at = None
-                    self.close_connection = True
-                self.wfile.write(body)
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,),
-                                       daemon=True)
+        self.httpd, self.url, self.thread = loopback(Handler)
 
     def paths_requested(self):
         return [path for path, _ in self.requests]

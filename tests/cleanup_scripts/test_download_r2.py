@@ -23,13 +23,13 @@ import re
 import subprocess
 import sys
 import tarfile
-import threading
 import zipfile
 
 import pytest
 
 from benchmark.errors import exit_on_user_error
 from cleanup_scripts.artifacts import download
+from tests.cleanup_scripts.range_server import loopback, send_ranged
 
 INPUTS, PROCESSED = "bert-input-files", "bert-preprocessed-wikipedia-dataset"
 DUMP = "enwiki-20200101-pages-articles-multistream.xml.bz2"
@@ -156,33 +156,10 @@ class Bucket:
                 if data is None:
                     self.send_error(404)
                     return
-                start = 0
-                match = re.match(r"bytes=(\d+)-$", self.headers.get("Range") or "")
-                if match:
-                    start = int(match.group(1))
-                    if start >= len(data):
-                        self.send_response(416)
-                        self.send_header("Content-Range", f"bytes */{len(data)}")
-                        self.send_header("Content-Length", "0")
-                        self.end_headers()
-                        return
-                    self.send_response(206)
-                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
-                else:
-                    self.send_response(200)
-                self.send_header("Content-Type", "application/octet-stream")
-                self.send_header("Content-Length", str(len(data) - start))
-                self.end_headers()
-                body = data[start:]
-                if self.path in bucket.cut:
-                    body = body[:bucket.cut.pop(self.path)]
-                    self.close_connection = True
-                self.wfile.write(body)
+                if send_ranged(self, data, cut=bucket.cut.get(self.path)):
+                    bucket.cut.pop(self.path, None)
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,),
-                                       daemon=True)
+        self.httpd, self.url, self.thread = loopback(Handler)
 
     def fetched(self):
         """The data files requested (metadata left out)."""
