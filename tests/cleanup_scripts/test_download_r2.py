@@ -27,9 +27,9 @@ import zipfile
 
 import pytest
 
-from benchmark.errors import exit_on_user_error
 from cleanup_scripts.artifacts import download
 from tests.cleanup_scripts.range_server import loopback, send_ranged
+from tests.cleanup_scripts.test_download import run_cli
 
 INPUTS, PROCESSED = "bert-input-files", "bert-preprocessed-wikipedia-dataset"
 DUMP = "enwiki-20200101-pages-articles-multistream.xml.bz2"
@@ -281,15 +281,6 @@ class Downloader:
 @pytest.fixture
 def downloader(tmp_path):
     return Downloader(tmp_path)
-
-
-def run_cli(args):
-    """Run download's CLI as `python -m` would; returns its exit status (0 when it returns)."""
-    try:
-        exit_on_user_error(lambda: download.main(args))
-    except SystemExit as exit_info:
-        return exit_info.code
-    return 0
 
 
 def r2_args(out, bucket, tables, *more):
