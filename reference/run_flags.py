@@ -88,6 +88,8 @@ FLAG_TABLE = (
      "start and logged."),
     ("enum", "mixed_precision", "none", "Compute type; fp16 adds dynamic loss scaling.",
      ["none", "bf16", "fp16"]),
+    ("bool", "use_xla", False, "Compile the training and eval steps with XLA (jit_compile); "
+     "TPUs compile them anyway."),
     ("float", "dropout_override", None, "Set both dropout probabilities of the BERT config."),
     ("string", "preset", None, "A preset of reference/presets/ (v3-128, v100-8, a100-8, demo); "
      "flags given on the command line win."),

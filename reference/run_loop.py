@@ -100,7 +100,8 @@ class _Run:
         self.tf.random.set_seed(options.seed)
         self.trainer = Trainer(self.strategy, config, options.optimizer,
                                options.train_batch_size, options.steps_per_update,
-                               options.clip_after_allreduce, options.mixed_precision)
+                               options.clip_after_allreduce, options.mixed_precision,
+                               options.use_xla)
         return self.trainer
 
     # -------------------------------------------------------------- datasets

@@ -59,6 +59,7 @@ class RunOptions:
     submission_status: str
     seed: int
     mixed_precision: str
+    use_xla: bool
     dropout_override: float | None
     strategy: StrategyRequest
     noncompliant: list[str] = field(default_factory=list)
@@ -156,7 +157,8 @@ def options_from_flags(f: flags.FlagValues) -> RunOptions:
         eval_at_start=f.eval_at_start, mlperf_log=mlperf_log,
         submission_org=f.submission_org, submission_platform=f.submission_platform,
         submission_division=f.submission_division, submission_status=f.submission_status,
-        seed=seed, mixed_precision=f.mixed_precision, dropout_override=f.dropout_override,
+        seed=seed, mixed_precision=f.mixed_precision, use_xla=f.use_xla,
+        dropout_override=f.dropout_override,
         strategy=StrategyRequest(use_tpu=f.use_tpu, tpu_name=f.tpu_name, tpu_zone=f.tpu_zone,
                                  gcp_project=f.gcp_project, num_tpu_cores=f.num_tpu_cores,
                                  num_gpus=f.num_gpus),

@@ -30,7 +30,17 @@ Dropout is stateless: each mask is drawn from a seed derived from (run seed, mic
 dropout layer), see `DropoutKeys`. Keras's own dropout ops keep their random stream in the
 process, which restarts with each process; with keyed masks a run resumed from a checkpoint at
 micro-step S draws exactly the masks an uninterrupted run draws from S on. The run seed is a
-checkpointed counter (`run_seed`), so a resumed run keeps it whatever --seed says.
+checkpointed counter (`run_seed`), so a resumed run keeps it whatever --seed says. The masks
+are thresholded raw Philox bits (`keyed_dropout`), which XLA and TensorFlow's own kernels
+produce alike (their uniform floats differ), so compiling with XLA changes no mask.
+
+XLA (`use_xla`): each replica's forward and backward passes with the micro-batch loop,
+accumulation and clipping are one `jit_compile` function, the LAMB / AdamW update of each
+variable another (compiled once per variable, as Keras's optimizers do), and the eval step a
+third; the loop over updates, the input iterator, the all-reduce and the loss-scale decision
+stay outside, in the `tf.function`. Every shape is static (batches have fixed sizes), so each
+function is traced and compiled once: `trace_counts()` reports it. On TPUs the whole step is
+compiled anyway and `use_xla` changes nothing.
 
 Mixed precision (`"bf16"`, `"fp16"`): the model computes in the reduced type with float32
 variables (Keras mixed policy); logits are cast to float32 before the losses. fp16 adds dynamic
@@ -118,10 +128,46 @@ class DropoutKeys:
         return key
 
 
+def _philox_bits(seed: tf.Tensor, shape) -> tf.Tensor:
+    """uint32 Philox draws of `shape` for a [2] int64 seed whose entries are in [0, 2**32).
+
+    XLA and TensorFlow's kernels draw the same bits for such seeds (not so their uniform
+    floats, nor the key derived from a seed entry of 2**32 or more, which
+    tf.random.experimental.stateless_fold_in makes)."""
+    key, counter = tf.raw_ops.StatelessRandomGetKeyCounter(seed=seed)
+    return tf.raw_ops.StatelessRandomUniformFullIntV2(
+        shape=shape, key=key, counter=counter, alg=tf.random.Algorithm.PHILOX.value,
+        dtype=tf.uint32)
+
+
+def fold_in(seed: tf.Tensor, data) -> tf.Tensor:
+    """A new [2] int64 seed from `seed` and the integer `data` (both in [0, 2**32)): two uint32
+    draws from `seed`, the second XOR `data`, so that distinct data give distinct seeds."""
+    drawn = _philox_bits(seed, [2])
+    mixed = tf.stack([drawn[0], tf.bitwise.bitwise_xor(drawn[1], tf.cast(data, tf.uint32))])
+    return tf.cast(mixed, tf.int64)
+
+
+def keyed_dropout(inputs: tf.Tensor, rate: float, seed: tf.Tensor,
+                  noise_shape=None) -> tf.Tensor:
+    """`inputs` with a fraction `rate` of entries zeroed and the rest scaled by 1 / (1 - rate).
+
+    The mask keeps an entry when its uint32 Philox draw (seeded by `seed`, [2] int64) is at
+    least rate * 2**32: the raw bits, unlike the uniform floats made from them, are the same
+    under XLA and TensorFlow's kernels. `noise_shape` broadcasts one draw over axes as in
+    tf.nn.dropout.
+    """
+    if not rate:
+        return inputs
+    bits = _philox_bits(seed, tf.shape(inputs) if noise_shape is None else noise_shape)
+    keep = bits >= tf.constant(min(int(round(rate * 2.0 ** 32)), 2 ** 32 - 1), tf.uint32)
+    return inputs * tf.cast(keep, inputs.dtype) * tf.cast(1.0 / (1.0 - rate), inputs.dtype)
+
+
 class KeyedDropout:
     """Stands in for the random generator of one tf_keras Dropout layer (its `dropout` method is
-    all that `Dropout.call` uses): masks from `tf.nn.experimental.stateless_dropout`, seeded by
-    the current `DropoutKeys` key folded with this layer's index."""
+    all that `Dropout.call` uses): masks from `keyed_dropout`, seeded by the current
+    `DropoutKeys` key folded with this layer's index."""
 
     # Read by tf_keras's BaseRandomLayer.get_config and build.
     _rng_type = "stateless"
@@ -135,9 +181,8 @@ class KeyedDropout:
 
     def dropout(self, inputs: tf.Tensor, rate: float, noise_shape=None) -> tf.Tensor:
         """`inputs` with a fraction `rate` zeroed and the rest scaled by 1 / (1 - rate)."""
-        seed = tf.random.experimental.stateless_fold_in(self._keys.current(), self._index)
-        return tf.nn.experimental.stateless_dropout(inputs, rate, seed=seed,
-                                                    noise_shape=noise_shape)
+        return keyed_dropout(inputs, rate, fold_in(self._keys.current(), self._index),
+                             noise_shape)
 
 
 def use_keyed_dropout(model: tf_keras.Model, keys: DropoutKeys) -> int:
@@ -167,6 +212,7 @@ class Trainer:
         micro-batch gradient (see the module docstring).
       mixed_precision: "none", "bf16" or "fp16" (set the Keras policy first:
         `set_mixed_precision`).
+      use_xla: compile the replica steps and the optimizer update with XLA (module docstring).
 
     Counters (checkpointed with the model and optimizer): `global_step` (micro-steps),
     `trained_samples`, `target_reached` (1 once an eval reached the target), `run_seed` (data
@@ -177,7 +223,8 @@ class Trainer:
 
     def __init__(self, strategy: tf.distribute.Strategy, config: BertConfig,
                  optimizer: OptimizerSettings, train_batch_size: int, steps_per_update: int = 1,
-                 clip_after_allreduce: bool = False, mixed_precision: str = "none"):
+                 clip_after_allreduce: bool = False, mixed_precision: str = "none",
+                 use_xla: bool = False):
         self.strategy = strategy
         self.config = config
         self.settings = optimizer
@@ -185,6 +232,8 @@ class Trainer:
         self.steps_per_update = int(steps_per_update)
         self.clip_after_allreduce = bool(clip_after_allreduce)
         self.mixed_precision = mixed_precision
+        # TPUStrategy compiles the whole step with XLA whatever is asked.
+        self.use_xla = bool(use_xla) and not isinstance(strategy, tf.distribute.TPUStrategy)
         with strategy.scope():
             self.model = BertPretrainingModel(config)
             self.optimizer = make_optimizer(optimizer)
@@ -214,6 +263,11 @@ class Trainer:
         self._names = [variable_name(v) for v in self._variables]
         self._train_steps = tf.function(self._train_steps_fn)
         self._eval_steps = tf.function(self._eval_steps_fn)
+        compiled = functools.partial(tf.function, jit_compile=True) if self.use_xla else None
+        self._gradients = compiled(self._gradients_fn) if compiled else self._gradients_fn
+        self._update_variable = (compiled(self.optimizer.update_variable) if compiled
+                                 else self.optimizer.update_variable)
+        self._eval_sums = compiled(self._eval_sums_fn) if compiled else self._eval_sums_fn
 
     # ------------------------------------------------------------------ state
     @property
@@ -286,7 +340,7 @@ class Trainer:
     def _dropout_key(self, micro_step: tf.Tensor, replica) -> tf.Tensor:
         """The dropout key of one micro-step on one replica (global replica id)."""
         base = tf.stack([tf.convert_to_tensor(self.run_seed), micro_step])
-        return tf.random.experimental.stateless_fold_in(base, tf.cast(replica, tf.int64))
+        return fold_in(base, replica)
 
     def _micro_gradients(self, features, dropout_key):
         with tf.GradientTape() as tape, self._dropout_keys.using(dropout_key):
@@ -306,12 +360,19 @@ class Trainer:
                                 losses["next_sentence_loss"]])
         return grads, loss_vector
 
-    def _replica_update(self, batch, first_step):
-        """One update's gradients on this replica; `first_step` is the global step (micro-steps)
-        before the update, micro-batch i being micro-step first_step + i."""
+    def trace_counts(self) -> dict[str, int]:
+        """How often each step function was traced so far: the training loop, the eval loop and,
+        with XLA, the compiled gradient and eval functions. Each is 1 once a step and an eval
+        ran; more means a retrace (with XLA, a recompilation)."""
+        functions = {"train_steps": self._train_steps, "eval_steps": self._eval_steps,
+                     "gradients": self._gradients, "eval_sums": self._eval_sums}
+        return {name: f.experimental_get_tracing_count() for name, f in functions.items()
+                if isinstance(f, tf.types.experimental.PolymorphicFunction)}
+
+    def _gradients_fn(self, batch, first_step, replica):
+        """The averaged (and, unless clip_after_allreduce, clipped) gradients of one update's
+        micro-batches on this replica, and their mean [total, masked-LM, next-sentence] loss."""
         n = self.steps_per_update
-        context = tf.distribute.get_replica_context()
-        replica = context.replica_id_in_sync_group
         if n == 1:
             grads, losses = self._micro_gradients(batch, self._dropout_key(first_step, replica))
         else:
@@ -326,6 +387,14 @@ class Trainer:
             _, grads, loss_sum = tf.while_loop(
                 lambda i, *_: i < n, body, (tf.constant(0), zeros, tf.zeros([3])))
             losses = loss_sum / n
+        return grads, losses
+
+    def _replica_update(self, batch, first_step):
+        """One update on this replica; `first_step` is the global step (micro-steps) before the
+        update, micro-batch i being micro-step first_step + i."""
+        context = tf.distribute.get_replica_context()
+        replica = tf.cast(context.replica_id_in_sync_group, tf.int64)
+        grads, losses = self._gradients(batch, first_step, replica)
         if context.num_replicas_in_sync > 1:
             grads = context.all_reduce(tf.distribute.ReduceOp.MEAN, grads)
         if self.clip_after_allreduce:
@@ -351,7 +420,7 @@ class Trainer:
             for grad, var, name in zip(grads, self._variables, self._names):
                 m, v = optimizer.slots(var)
                 strategy.extended.update(
-                    var, functools.partial(optimizer.update_variable, name=name),
+                    var, functools.partial(self._update_variable, name=name),
                     args=(grad, m, v, lr, beta_1_power, beta_2_power), group=False)
             optimizer.finish_update(beta_1_power, beta_2_power)
 
@@ -403,7 +472,8 @@ class Trainer:
                 "next_sentence_loss": float(losses[2]), "learning_rate": float(lr)}
 
     # ------------------------------------------------------------------ evaluation
-    def _replica_eval(self, batch):
+    def _eval_sums_fn(self, batch):
+        """The metric sums (EvalMetrics.KEYS order) of one eval batch on this replica."""
         outputs = _float32_outputs(self.model(batch, training=False))
         sums = metric_sums(outputs, batch, example_weights=batch[EXAMPLE_WEIGHT])
         return tf.stack([sums[key] for key in EvalMetrics.KEYS])
@@ -412,7 +482,8 @@ class Trainer:
         strategy = self.strategy
         total = tf.zeros([len(EvalMetrics.KEYS)], tf.float64)
         for _ in tf.range(num_steps):
-            sums = strategy.run(self._replica_eval, args=(next(iterator),))
+            # A Python function, not the compiled one, runs in each replica's device scope.
+            sums = strategy.run(lambda batch: self._eval_sums(batch), args=(next(iterator),))
             total += tf.cast(strategy.reduce(tf.distribute.ReduceOp.SUM, sums, axis=None),
                              tf.float64)
         return total

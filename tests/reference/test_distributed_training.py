@@ -5,7 +5,7 @@ clipped once: --clip_by_global_norm_after_gradient_allreduce) the data order, th
 weights (stateless, from --seed) and the updates do not depend on how the batch is split, so
 the weights and eval metrics after 20 updates agree to float rounding:
 
-- MirroredStrategy over 2 logical CPU devices (--cpu_devices=2);
+- MirroredStrategy over 2 logical CPU devices (--cpu_devices=2), also compiled with --use_xla;
 - MultiWorkerMirroredStrategy with 2 worker processes on localhost (TF_CONFIG; slow);
 - batch 32 x 2 accumulated micro-batches vs batch 64 (the schedule spans 10^6 updates in
   both, so reading the rate at micro-step 2k+1 instead of k changes it by ~1e-6 only).
@@ -84,6 +84,16 @@ def test_two_mirrored_replicas_match_one_device(data, baseline, tmp_path):
                          "--cpu_devices=2", f"--output_dir={out}")
     assert "aborted at step 20, 1280 samples" in result.stdout
     assert values(read_mllog(out / "mlperf.log"), "submission_platform") == ["2xCPU"]
+    assert_same_training(out, baseline)
+
+
+def test_xla_compiled_mirrored_replicas_match_one_device(data, baseline, tmp_path):
+    """--use_xla under MirroredStrategy: compiled replica steps, per-variable compiled LAMB
+    updates on each device copy; the same weights, metrics and log as the uncompiled run."""
+    out = tmp_path / "out"
+    result = run_trainer(*as_flags(data), *as_flags(COMMON), *as_flags(ONE_BATCH),
+                         "--cpu_devices=2", "--use_xla", f"--output_dir={out}")
+    assert "aborted at step 20, 1280 samples" in result.stdout
     assert_same_training(out, baseline)
 
 

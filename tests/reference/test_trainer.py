@@ -17,7 +17,7 @@ from reference.input_pipeline import EXAMPLE_WEIGHT
 from reference.lamb import Lamb, clip_gradients, epsilon_from_log
 from reference.learning_rate import WarmupPolynomialDecay
 from reference.losses import EvalMetrics, metric_sums, pretraining_losses
-from reference.trainer import OptimizerSettings, Trainer
+from reference.trainer import OptimizerSettings, Trainer, fold_in, keyed_dropout
 
 VARIABLE_TOL = 1e-6
 
@@ -42,11 +42,13 @@ def with_weights(batch):
     return {**batch, EXAMPLE_WEIGHT: tf.ones([batch["input_ids"].shape[0]])}
 
 
-@pytest.fixture(scope="module")
-def trainer_run(tiny_config, tf1_checkpoint, ref_results, train_batch, eval_batch):
+@pytest.fixture(scope="module", params=[False, True], ids=["tf_function", "xla"])
+def trainer_run(request, tiny_config, tf1_checkpoint, ref_results, train_batch, eval_batch):
+    """The reference's three LAMB steps through the trainer, compiled with XLA or not."""
     strategy = tf.distribute.get_strategy()
     trainer = Trainer(strategy, tiny_config.without_dropout(), settings_from(ref_results["lamb"]),
-                      train_batch_size=int(train_batch["input_ids"].shape[0]))
+                      train_batch_size=int(train_batch["input_ids"].shape[0]),
+                      use_xla=request.param)
     trainer.load_initial_checkpoint(tf1_checkpoint)
     iterator = iter(repeated(strategy, train_batch))
     eval_data = strategy.distribute_datasets_from_function(
@@ -126,6 +128,73 @@ def test_accumulation_clips_each_micro_batch_then_averages(tiny_config, tf1_chec
             continue  # its gradient is 0 up to rounding (softmax ignores it); LAMB scales noise
         np.testing.assert_allclose(ours[name].numpy(), var.numpy(), rtol=1e-5, atol=VARIABLE_TOL,
                                    err_msg=name)
+
+
+def xla_compiled(function) -> bool:
+    """Whether every trace of a tf.function is marked for XLA compilation."""
+    traces = function._list_all_concrete_functions()  # pylint: disable=protected-access
+    return bool(traces) and all(t.function_def.attr["_XlaMustCompile"].b for t in traces)
+
+
+@pytest.mark.parametrize("steps_per_update", [1, 2])
+def test_xla_trains_like_tf_function_without_retracing(tiny_config, tf1_checkpoint, ref_results,
+                                                        train_batch, eval_batch,
+                                                        steps_per_update):
+    """With dropout 0.1 and accumulation: the same dropout masks, losses, weights and metrics
+    with and without XLA, and each step function traced (compiled) once over 3 host calls of
+    2 updates and 2 evals."""
+    n = steps_per_update
+    strategy = tf.distribute.get_strategy()
+    micro = {k: tf.reshape(v, [n, 8 // n, *v.shape[1:]]) if n > 1 else v
+             for k, v in train_batch.items()}
+    eval_data = strategy.distribute_datasets_from_function(
+        lambda _: tf.data.Dataset.from_tensors(with_weights(eval_batch)))
+    runs = {}
+    for use_xla in (False, True):
+        trainer = Trainer(strategy, tiny_config, settings_from(ref_results["lamb"]),
+                          train_batch_size=8 // n, steps_per_update=n, use_xla=use_xla)
+        assert tiny_config.hidden_dropout_prob > 0
+        trainer.load_initial_checkpoint(tf1_checkpoint)
+        trainer.set_seed(7)
+        iterator = iter(repeated(strategy, micro))
+        losses = [trainer.train_steps(iterator, 2) for _ in range(3)]
+        metrics = [trainer.evaluate(eval_data, 1) for _ in range(2)]
+        assert set(trainer.trace_counts().values()) == {1}, trainer.trace_counts()
+        runs[use_xla] = losses, metrics, checkpoint.model_variables_by_name(trainer.model)
+        if use_xla:
+            assert xla_compiled(trainer._gradients) and xla_compiled(trainer._eval_sums)
+            assert len(trainer.trace_counts()) == 4
+    (plain_losses, plain_metrics, plain_vars), (xla_losses, xla_metrics, xla_vars) = \
+        runs[False], runs[True]
+    for plain, xla in zip(plain_losses, xla_losses):
+        assert xla == pytest.approx(plain, abs=2e-5)
+    assert plain_losses[0]["total_loss"] != plain_losses[1]["total_loss"]
+    for plain, xla in zip(plain_metrics, xla_metrics):
+        assert xla == pytest.approx(plain, abs=2e-5)
+    for name, var in plain_vars.items():
+        if not name.endswith("key/bias"):  # zero gradient up to rounding; LAMB scales noise
+            np.testing.assert_allclose(xla_vars[name].numpy(), var.numpy(), rtol=0, atol=1e-5,
+                                       err_msg=name)
+
+
+def test_keyed_dropout_masks_are_the_same_under_xla():
+    inputs = tf.ones([4, 64, 96])
+    seed = tf.constant([3, 7], tf.int64)
+    plain = tf.function(lambda x, s: keyed_dropout(x, 0.1, fold_in(s, 2)))(inputs, seed)
+    xla = tf.function(lambda x, s: keyed_dropout(x, 0.1, fold_in(s, 2)),
+                      jit_compile=True)(inputs, seed)
+    np.testing.assert_array_equal(plain.numpy(), xla.numpy())
+    fold = tf.function(lambda s: fold_in(s, 5))
+    np.testing.assert_array_equal(fold(seed), tf.function(lambda s: fold_in(s, 5),
+                                                          jit_compile=True)(seed))
+    assert fold(seed)[0] != fold(tf.constant([3, 8], tf.int64))[0]
+    assert fold(seed)[1] != fold_in(seed, 6)[1] and 0 <= min(fold(seed)) <= max(fold(seed)) < 2**32
+    assert np.mean(plain.numpy() == 0) == pytest.approx(0.1, abs=0.01)
+    assert set(np.unique(plain.numpy())) == {0.0, np.float32(1 / 0.9)}
+    other = keyed_dropout(inputs, 0.1, fold_in(seed, 3))
+    assert not np.array_equal(plain.numpy(), other.numpy())
+    shared = keyed_dropout(inputs, 0.5, seed, noise_shape=[4, 1, 96]).numpy()
+    assert (shared == shared[:, :1, :]).all() and 0 < np.mean(shared == 0) < 1
 
 
 def test_fp16_loss_scaling_skips_non_finite_updates(tiny_config, train_batch):
