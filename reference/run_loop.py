@@ -400,6 +400,9 @@ def _train_loop(run: _Run, options: RunOptions, log, log_file, iterator, eval_da
                             "learning_rate"):
                     tf.summary.scalar(key, losses[key])
                 tf.summary.scalar("samples_per_second", count * batch / max(elapsed, 1e-9))
+                if options.mixed_precision == "fp16":
+                    tf.summary.scalar("loss_scale", losses["loss_scale"])
+                    tf.summary.scalar("skipped_updates", losses["skipped_updates"])
             save_due = save_due or trainer.step // every > before // every
             if save_due and update < block_end:
                 _save(manager, trainer.step)
@@ -422,7 +425,8 @@ def _train_loop(run: _Run, options: RunOptions, log, log_file, iterator, eval_da
 
 def _log_progress(options: RunOptions, trainer, losses: dict, rate: float, overall: float,
                   update: int, eval_at: int, budget_updates: int) -> None:
-    """One absl line per host call: progress, losses, speed and the time left."""
+    """One absl line per host call: progress, losses, speed and the time left (and, with
+    fp16, the loss scale and the updates of this call that overflow skipped)."""
     batch = options.global_batch_size
     next_stop = min(eval_at, budget_updates)
     logging.info(
@@ -433,3 +437,6 @@ def _log_progress(options: RunOptions, trainer, losses: dict, rate: float, overa
         overall, _duration((next_stop - update) * batch / max(overall, 1e-9)),
         "the next eval" if eval_at <= budget_updates else "the end",
         _duration((budget_updates - update) * batch / max(overall, 1e-9)))
+    if options.mixed_precision == "fp16":
+        logging.info("loss scale %g, %d updates skipped (non-finite gradients)",
+                     losses["loss_scale"], losses["skipped_updates"])

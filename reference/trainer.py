@@ -402,11 +402,12 @@ class Trainer:
         finite = None
         if self.mixed_precision == "fp16":
             finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
-        lr = context.merge_call(self._apply_update, args=(grads, finite))
-        return losses, lr
+        lr, applied = context.merge_call(self._apply_update, args=(grads, finite))
+        return losses, lr, applied
 
     def _apply_update(self, strategy, grads, finite):
-        """Cross-replica: one optimizer update from the all-reduced gradients."""
+        """Cross-replica: one optimizer update from the all-reduced gradients; returns the
+        learning rate and whether the update was applied (False: skipped by fp16 scaling)."""
         n = self.steps_per_update
         optimizer = self.optimizer
         lr = optimizer.current_learning_rate(self.global_step + (n - 1))
@@ -426,6 +427,7 @@ class Trainer:
 
         if finite is None:
             apply()
+            applied = tf.constant(True)
         else:
             finite = strategy.experimental_local_results(finite)[0]
 
@@ -442,34 +444,42 @@ class Trainer:
                 self.good_updates.assign(0)
                 return tf.constant(False)
 
-            tf.cond(finite, good, bad)
+            applied = tf.cond(finite, good, bad)
         self.global_step.assign_add(n)
         self.trained_samples.assign_add(n * self.train_batch_size)
-        return lr
+        return lr, applied
 
     def _train_steps_fn(self, iterator, num_updates, first_step):
         strategy = self.strategy
         n = self.steps_per_update
         loss_sum = tf.zeros([3])
         lr = tf.constant(0.0)
+        skipped = tf.constant(0)
         for k in tf.range(num_updates):
             step = first_step + tf.cast(k, tf.int64) * n
-            losses, lr = strategy.run(self._replica_update, args=(next(iterator), step))
+            losses, lr, applied = strategy.run(self._replica_update,
+                                               args=(next(iterator), step))
             loss_sum += strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, axis=None)
             lr = strategy.experimental_local_results(lr)[0]
-        return loss_sum / tf.cast(num_updates, tf.float32), lr
+            applied = strategy.experimental_local_results(applied)[0]
+            skipped += tf.cast(tf.logical_not(applied), tf.int32)
+        return loss_sum / tf.cast(num_updates, tf.float32), lr, skipped
 
     def train_steps(self, iterator, num_updates: int) -> dict[str, float]:
-        """Run `num_updates` optimizer updates; returns mean losses and the last learning rate.
+        """Run `num_updates` optimizer updates; returns the mean losses, the last learning rate,
+        `skipped_updates` (updates fp16 loss scaling skipped, of these) and the `loss_scale`
+        after them (fp16; 1.0 otherwise).
 
         `iterator` iterates a distributed dataset whose elements hold one update's micro-batches
         (see reference.input_pipeline.train_dataset).
         """
-        losses, lr = self._train_steps(iterator, tf.constant(num_updates, tf.int32),
-                                       tf.constant(self.step, tf.int64))
+        losses, lr, skipped = self._train_steps(iterator, tf.constant(num_updates, tf.int32),
+                                                tf.constant(self.step, tf.int64))
         losses = losses.numpy()
+        scale = float(self.loss_scale.numpy()) if self.mixed_precision == "fp16" else 1.0
         return {"total_loss": float(losses[0]), "masked_lm_loss": float(losses[1]),
-                "next_sentence_loss": float(losses[2]), "learning_rate": float(lr)}
+                "next_sentence_loss": float(losses[2]), "learning_rate": float(lr),
+                "skipped_updates": int(skipped), "loss_scale": scale}
 
     # ------------------------------------------------------------------ evaluation
     def _eval_sums_fn(self, batch):

@@ -17,7 +17,8 @@ from reference.input_pipeline import EXAMPLE_WEIGHT
 from reference.lamb import Lamb, clip_gradients, epsilon_from_log
 from reference.learning_rate import WarmupPolynomialDecay
 from reference.losses import EvalMetrics, metric_sums, pretraining_losses
-from reference.trainer import OptimizerSettings, Trainer, fold_in, keyed_dropout
+from reference.trainer import (LOSS_SCALE_GROWTH_INTERVAL, OptimizerSettings, Trainer,
+                               fold_in, keyed_dropout)
 
 VARIABLE_TOL = 1e-6
 
@@ -197,21 +198,23 @@ def test_keyed_dropout_masks_are_the_same_under_xla():
     assert (shared == shared[:, :1, :]).all() and 0 < np.mean(shared == 0) < 1
 
 
-def test_fp16_loss_scaling_skips_non_finite_updates(tiny_config, train_batch):
+@pytest.mark.parametrize("use_xla", [False, True], ids=["tf_function", "xla"])
+def test_fp16_loss_scaling_skips_non_finite_updates(tiny_config, train_batch, use_xla):
     tf_keras.mixed_precision.set_global_policy("mixed_float16")
     try:
         strategy = tf.distribute.get_strategy()
         trainer = Trainer(strategy, tiny_config.without_dropout(),
                           OptimizerSettings(learning_rate=1e-3, num_train_steps=10,
                                             num_warmup_steps=0),
-                          train_batch_size=8, mixed_precision="fp16")
+                          train_batch_size=8, mixed_precision="fp16", use_xla=use_xla)
     finally:
         tf_keras.mixed_precision.set_global_policy("float32")
     trainer.initialize_weights(seed=3)
     iterator = iter(repeated(strategy, train_batch))
     before = [v.numpy() for v in trainer.model.trainable_variables]
     trainer.loss_scale.assign(3e38)  # the scaled loss overflows: the update must be skipped
-    trainer.train_steps(iterator, 1)
+    skipped = trainer.train_steps(iterator, 1)
+    assert skipped["skipped_updates"] == 1 and skipped["loss_scale"] == pytest.approx(1.5e38)
     assert float(trainer.loss_scale) == pytest.approx(1.5e38)
     assert all(np.array_equal(b, v.numpy()) for b, v in zip(before,
                                                             trainer.model.trainable_variables))
@@ -220,6 +223,13 @@ def test_fp16_loss_scaling_skips_non_finite_updates(tiny_config, train_batch):
     losses = trainer.train_steps(iterator, 1)
     assert np.isfinite(losses["total_loss"]) and int(trainer.optimizer.iterations) == 1
     assert int(trainer.good_updates) == 1 and float(trainer.loss_scale) == 1024.0
+    assert losses["skipped_updates"] == 0 and losses["loss_scale"] == 1024.0
+    # Growth: the LOSS_SCALE_GROWTH_INTERVAL-th good update in a row doubles the scale.
+    trainer.good_updates.assign(LOSS_SCALE_GROWTH_INTERVAL - 2)
+    trainer.train_steps(iterator, 1)
+    assert float(trainer.loss_scale) == 1024.0
+    trainer.train_steps(iterator, 1)
+    assert float(trainer.loss_scale) == 2048.0 and int(trainer.good_updates) == 0
     assert any(not np.array_equal(b, v.numpy()) for b, v in zip(
         before, trainer.model.trainable_variables))
 
