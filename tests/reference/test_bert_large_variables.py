@@ -75,17 +75,19 @@ def test_fixture_is_the_tf1_graph_of_bert_large_with_lamb():
     assert variables["bert/encoder/layer_23/intermediate/dense/kernel"] == [1024, 4096]
 
 
-def test_tf1_loader_needs_exactly_the_graphs_weights_at_their_shapes(bert_large):
-    variables = tf1_variables()
-    needed = needed_shapes(bert_large, checkpoint.TF1_TABLE)
+@pytest.mark.parametrize("layout", ["tf1", "tf2"])
+def test_loader_needs_exactly_the_checkpoints_weights_at_their_shapes(bert_large, layout):
+    """TF1: the MLCommons graph's variables; TF2: the entries of the TF2 port's checkpoint.
+    Every other entry (LAMB moments, beta powers, global_step; the object graph and save
+    counter) is skipped by name, so a checkpoint in either layout warns about nothing."""
+    variables, table = ((tf1_variables(), checkpoint.TF1_TABLE) if layout == "tf1"
+                        else (tf2_variables(), checkpoint.TF2_TABLE))
+    needed = needed_shapes(bert_large, table)
     assert len(needed) == len(bert_large.trainable_variables) == 398
     assert needed == {n: s for n, s in variables.items() if not checkpoint._is_skipped(n)}
-    # Every other entry (LAMB moments, beta powers, global_step) is skipped by name, so a
-    # checkpoint of that graph warns about nothing.
     assert all(checkpoint._is_skipped(n) for n in set(variables) - set(needed))
     params = sum(v.shape.num_elements() for v in bert_large.trainable_variables)
-    graph_params = sum(math.prod(shape) for name, shape in variables.items() if name in needed)
-    assert params == graph_params == 336_226_108
+    assert params == sum(math.prod(variables[n]) for n in needed) == 336_226_108
 
 
 def test_fixture_is_the_tf2_ports_pretrainer_at_bert_large():
@@ -111,17 +113,6 @@ def test_fixture_is_the_tf2_ports_pretrainer_at_bert_large():
     tf1_weights = {n: s for n, s in tf1_variables().items() if not checkpoint._is_skipped(n)}
     assert sum(math.prod(s) for s in weights.values()) == \
         sum(math.prod(s) for s in tf1_weights.values()) == 336_226_108
-
-
-def test_tf2_loader_needs_exactly_the_ports_checkpoint_weights_at_their_shapes(bert_large):
-    variables = tf2_variables()
-    needed = needed_shapes(bert_large, checkpoint.TF2_TABLE)
-    assert len(needed) == len(bert_large.trainable_variables) == 398
-    assert needed == {n: s for n, s in variables.items() if not checkpoint._is_skipped(n)}
-    # The object graph and the save counter are skipped by name: nothing to warn about.
-    assert all(checkpoint._is_skipped(n) for n in set(variables) - set(needed))
-    params = sum(v.shape.num_elements() for v in bert_large.trainable_variables)
-    assert params == sum(math.prod(variables[n]) for n in needed) == 336_226_108
 
 
 def test_a_tf2_checkpoint_in_the_ports_layout_initialises_bert_large(bert_large, tmp_path,
