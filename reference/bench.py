@@ -1,55 +1,84 @@
-"""`make bench-train`: training speed and eval time, ours against the MLCommons reference's TF1
-graph.
+"""`make bench-train`: training speed, eval time, model FLOPs utilisation and peak memory of our
+trainer against the MLCommons reference's TF1 graph.
 
     python -m reference.bench --reference_dir=PATH/retired_benchmarks/bert \\
-        [--bert_config_file=reference/presets/demo_bert_config.json] [--batch_size=8] \\
-        [--seq_length=128] [--max_predictions=20] [--steps=20] [--eval_examples=512] \\
-        [--eval_batch_size=8] [--repeats=1] [--output=build/bench/train.md]
+        [--shapes=demo,bert-base] [--sides=reference,ours,ours+xla] [--repeats=1] \\
+        [--batch_size=N] [--seq_length=N] [--max_predictions=N] [--steps=N] \\
+        [--eval_examples=N] [--eval_batch_size=N] [--matmul_size=2048] \\
+        [--output=build/bench/train.md]
+    python -m reference.bench --ours_only --bert_config_file=CONFIG.json ...   (one "custom" shape)
 
-Both sides get the same BERT config, the same synthetic batches (random ids within the
-vocabulary from a fixed seed, real shapes) and the MLCommons reference's default optimizer
-flags, which are `OptimizerSettings()` (LAMB, learning rate 5e-5, 100,000 steps, 10,000 warm-up
-steps, beta 0.9/0.999, weight decay 0.01, log epsilon -6, one micro-batch per update). Each
-side runs in its own process, so TF1 graph mode and TF2 never share one:
+Shapes (`--shapes`, a comma list):
 
-- reference (the MLCommons reference): `modeling.BertModel` with the heads of its
-  `run_pretraining.py` (`get_masked_lm_output`, `get_next_sentence_output`) and
-  `optimization.create_optimizer`, built by its own `model_fn_builder` in a `tf.compat.v1`
-  Session; the eval runs the update ops of its `metric_fn` (loss and accuracy metrics) batch by
-  batch, then reads them.
+- demo: reference/presets/demo_bert_config.json (2 layers, hidden 128), batch 8, sequence 128,
+  20 predictions; 20 timed steps, eval on 512 records.
+- bert-base: 12 layers, hidden 768, 12 heads, intermediate 3072, vocab 30522, 512 positions,
+  2 token types, GELU, dropout 0.1; batch 8, sequence 128, 20 predictions; 3 timed steps, eval
+  on 32 records (a step takes seconds on 2 cores; the default bench stays within a quarter of
+  an hour there).
+- custom: the config of `--bert_config_file` (giving that flag alone selects it), with demo's
+  sizes.
+
+`--batch_size`, `--seq_length`, `--max_predictions`, `--steps`, `--eval_examples` and
+`--eval_batch_size` (default: the batch size), when given, replace those sizes in every shape.
+
+Sides (`--sides`; `--ours_only` drops the reference), each run in a process of its own so that
+TF1 graph mode and TF2 never share one, on the same BERT config, the same synthetic batches
+(random ids within the vocabulary from a fixed seed, real shapes) and the MLCommons reference's
+default optimizer flags, `OptimizerSettings()` (LAMB, learning rate 5e-5, 100,000 steps, 10,000
+warm-up steps, beta 0.9/0.999, weight decay 0.01, log epsilon -6, one micro-batch per update):
+
+- reference: the MLCommons reference's `modeling.BertModel` with the pre-training heads and
+  `optimization.create_optimizer`, built by its `run_pretraining.model_fn_builder` in a
+  `tf.compat.v1` Session, one `session.run` per step with the batch fed through placeholders;
+  its eval runs the update ops of the eval metrics batch by batch, then reads them.
 - ours: `reference.trainer.Trainer` (the compiled `train_steps` and `evaluate` that
-  `run_pretraining` uses), on the default strategy.
+  `run_pretraining` uses) on the default strategy, all timed steps in one `train_steps` call
+  (the iterations_per_loop loop) from a tf.data pipeline over the same batches.
+- ours+xla: the same with `Trainer(use_xla=True)` (replica step, optimizer update and eval step
+  compiled with XLA).
 
-Training: 2 warm-up steps (graph building / tracing), then `--steps` timed steps; reported as
-sequences per second. The reference runs one `session.run` per step, the batch fed through
-placeholders; ours runs them in one `train_steps` call (the trainer's iterations_per_loop
-loop) from a tf.data pipeline over the same batches.
+Training: 2 warm-up steps (graph building, tracing, XLA compilation; their time is shown as
+"warm-up"), then `--steps` timed steps. Eval: one warm-up batch, then the eval records timed, the
+time extrapolated linearly to the benchmark's 10,000 eval samples. Speed-ups are reference time /
+our time (above 1: ours is faster). With `--repeats=N` the sides alternate N times within each
+shape and the median times are reported (the largest peak RSS), which steadies figures taken on
+a loaded machine; "train cores" (the side's CPU seconds per wall second during the timed
+steps) shows whether a side got the whole machine. Peak RSS is each side process's `ru_maxrss`
+(it includes TensorFlow itself).
 
-Eval: one warm-up batch, then `--eval_examples` records timed; the time is extrapolated
-linearly to the benchmark's 10,000 eval samples. Ratios are ours/reference (above 1 for
-sequences/s, below 1 for seconds, means ours is faster). With `--repeats=N` the sides alternate
-N times and the median times are reported, which steadies figures taken on a loaded machine.
+Model FLOPs utilisation (MFU) = model FLOPs per second (`step_flops`, the standard transformer
+count, the same for every side whatever it actually executes) / the machine's dense matmul peak.
+The peak is measured by its own process before and after the sides (`run_peak`): square n x n
+matrix products, 2 n^3 FLOPs each, through a `tf.function` and through an XLA-compiled one, in
+float32 and in bfloat16; the best float32 figure is the denominator, as every side trains in
+float32. bfloat16 is reported for information, with a note when it is slower than float32 and
+when the CPU has no bfloat16 matrix instructions (then it is no faster than float32).
 
-The MLCommons reference is not part of this project: pass the folder of a checkout of the MLCommons
-training repository (`retired_benchmarks/bert`). Its modules are imported from there at run
-time (they use `tensorflow.compat.v1`), with `TF_USE_LEGACY_KERAS=1`.
+The MLCommons reference is not part of this project: pass the folder of a checkout of the
+MLCommons training repository (`retired_benchmarks/bert`). Its modules are imported from there
+at run time (they use `tensorflow.compat.v1`), with `TF_USE_LEGACY_KERAS=1`.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
-import subprocess
+import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Mapping
 
 from benchmark.constants import EVAL_SAMPLES
 from benchmark.errors import UserError, exit_on_user_error
+from reference.bert_config import ConfigError, config_from_dict
 from reference.optimizer_settings import DEFAULT_OPTIMIZER
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent / "presets" / "demo_bert_config.json"
@@ -61,9 +90,83 @@ REFERENCE_MODULES = ("modeling.py", "optimization.py", "lamb_optimizer_v1.py",
 # are OptimizerSettings' defaults.
 REFERENCE_OPTIMIZER = DEFAULT_OPTIMIZER
 
+# BERT-base (Devlin et al. 2018): 12 x 768, 12 heads, feed-forward 3072, the uncased vocabulary.
+BERT_BASE_CONFIG = {
+    "attention_probs_dropout_prob": 0.1, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+    "hidden_size": 768, "initializer_range": 0.02, "intermediate_size": 3072,
+    "max_position_embeddings": 512, "num_attention_heads": 12, "num_hidden_layers": 12,
+    "type_vocab_size": 2, "vocab_size": 30522}
+SIZE_FLAGS = ("batch_size", "seq_length", "max_predictions", "steps", "eval_examples",
+              "eval_batch_size")
+DEMO_SIZES = {"batch_size": 8, "seq_length": 128, "max_predictions": 20, "steps": 20,
+              "eval_examples": 512}
+# name -> (BERT config: a path, or None for --bert_config_file, or a dict; sizes)
+SHAPES = {
+    "demo": (DEFAULT_CONFIG, DEMO_SIZES),
+    "bert-base": (BERT_BASE_CONFIG, {**DEMO_SIZES, "steps": 3, "eval_examples": 32}),
+    "custom": (None, DEMO_SIZES),
+}
+DEFAULT_SHAPES = "demo,bert-base"
+SIDE_NAMES = ("reference", "ours", "ours+xla")
+# Dense matmul peak: per backend and dtype, warm-up calls, then timed calls until at least
+# PEAK_MIN_CALLS and PEAK_SECONDS have passed (at most PEAK_MAX_CALLS); the best call counts.
+PEAK_WARMUP_CALLS = 2
+PEAK_MIN_CALLS = 3
+PEAK_MAX_CALLS = 10
+PEAK_SECONDS = 3.0
+PEAK_DTYPES = ("float32", "bfloat16")
+PEAK_BACKENDS = ("tf.function", "XLA")
+
 
 class BenchError(UserError):
     """A problem with the bench's inputs; the message is one line."""
+
+
+# ---------------------------------------------------------------------- FLOP count
+def flop_terms(config: Mapping, seq_length: int, max_predictions: int) -> dict[str, int]:
+    """The forward-pass FLOPs of one sequence, by part (see `step_flops`)."""
+    layers = config["num_hidden_layers"]
+    hidden, inner = config["hidden_size"], config["intermediate_size"]
+    vocab, seq, preds = config["vocab_size"], seq_length, max_predictions
+    return {
+        "projections": layers * 2 * seq * (4 * hidden * hidden + 2 * hidden * inner),
+        "attention": layers * 2 * 2 * seq * seq * hidden,
+        "masked_lm": 2 * preds * (hidden * hidden + hidden * vocab),
+        "pooler_next_sentence": 2 * (hidden * hidden + 2 * hidden),
+    }
+
+
+def step_flops(config: Mapping, seq_length: int, max_predictions: int, batch_size: int,
+               training: bool = True) -> int:
+    """Model FLOPs of one training step (training=False: one forward pass, an eval batch).
+
+    The standard transformer count: a multiply-add is 2 FLOPs, only matrix products count, and
+    training is 3 forward passes (the backward pass computes two products per forward one).
+    Per sequence of S tokens, with L layers, hidden size H, intermediate size I, vocabulary V
+    and P predicted (masked) positions, the forward pass is
+
+        L * 2 * S * (4 H^2 + 2 H I)     query, key, value and output projections; feed-forward
+      + L * 2 * 2 * S^2 * H             attention scores (Q K^T) and the weighted sum of values
+      + 2 * P * (H^2 + H V)             masked-LM head on the P positions: transform dense and
+                                        the product with the (tied) output embedding
+      + 2 * (H^2 + 2 H)                 pooler and next-sentence classifier
+
+    times the batch size; a training step is 3 times that. Embedding look-ups (gathers),
+    biases, activations, LayerNorm, softmax, dropout, the losses and the optimizer update are
+    not counted: they are not matrix products (which is what the matmul peak measures), and
+    they are what an efficient implementation should hide.
+
+    Args:
+      config: the BERT config (dict with num_hidden_layers, hidden_size, intermediate_size,
+        vocab_size).
+      seq_length, max_predictions, batch_size: S, P and the sequences per step.
+      training: the training step's FLOPs (3x forward) or the forward pass's only.
+
+    Returns:
+      FLOPs per step, an int.
+    """
+    forward = sum(flop_terms(config, seq_length, max_predictions).values()) * batch_size
+    return 3 * forward if training else forward
 
 
 # ---------------------------------------------------------------------- synthetic data
@@ -95,24 +198,84 @@ def synthetic_batches(count: int, batch_size: int, seq_length: int, max_predicti
     return batches
 
 
-def _batch_counts(spec: dict) -> tuple[int, int]:
-    eval_batches = -(-spec["eval_examples"] // spec["eval_batch_size"])
-    return WARMUP_STEPS + spec["steps"], eval_batches
+def eval_batches(spec: Mapping) -> int:
+    """Eval batches timed: enough full batches to hold --eval_examples records."""
+    return -(-spec["eval_examples"] // spec["eval_batch_size"])
 
 
-def _data(spec: dict, vocab_size: int) -> tuple[list[dict], list[dict]]:
-    """The training and eval batches both sides use (training cycles through 4 batches)."""
-    _, eval_batches = _batch_counts(spec)
+def eval_records(spec: Mapping) -> int:
+    """Records in the timed eval batches (eval_examples rounded up to whole batches)."""
+    return eval_batches(spec) * spec["eval_batch_size"]
+
+
+def _data(spec: Mapping, vocab_size: int) -> tuple[list[dict], list[dict]]:
+    """The training and eval batches every side uses (training cycles through 4 batches)."""
     train = synthetic_batches(4, spec["batch_size"], spec["seq_length"],
                               spec["max_predictions"], vocab_size, SEED)
-    evals = synthetic_batches(eval_batches, spec["eval_batch_size"], spec["seq_length"],
+    evals = synthetic_batches(eval_batches(spec), spec["eval_batch_size"], spec["seq_length"],
                               spec["max_predictions"], vocab_size, SEED + 1)
     return train, evals
 
 
-# ---------------------------------------------------------------------- the two sides
-def run_ours(spec: dict) -> dict:
-    """Our TF2 trainer: timed train steps and eval (in this process)."""
+def native_bf16() -> bool | None:
+    """Whether the CPU has bfloat16 matrix instructions (x86 avx512_bf16 or amx_bf16, Arm
+    bf16), from /proc/cpuinfo; None where that cannot be read."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    flags = set()
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            flags.update(line.split(":", 1)[1].split())
+    return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"}) if flags else None
+
+
+def peak_rss_kib() -> int:
+    """This process's peak resident set size so far, KiB (Linux `ru_maxrss`)."""
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
+# ---------------------------------------------------------------------- the workers
+def run_peak(spec: Mapping) -> dict:
+    """Dense matmul GFLOP/s of square n x n products, per dtype and backend (in this process).
+
+    Returns {"matmul_size", "gflops": {dtype: {backend: {"best", "median", "calls"}}},
+    "bf16_native" (`native_bf16`), "peak_rss_kib", "tensorflow"}; GFLOP/s = 2 n^3 / seconds
+    of one call / 1e9, each call's product copied back to the host (`.numpy()`).
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    n = int(spec["matmul_size"])
+    rng = np.random.RandomState(SEED)
+    inputs = [rng.uniform(-1.0, 1.0, (n, n)).astype(np.float32) for _ in range(2)]
+    gflops = {}
+    for dtype in PEAK_DTYPES:
+        a, b = (tf.cast(tf.constant(x), dtype) for x in inputs)
+        gflops[dtype] = {}
+        for backend in PEAK_BACKENDS:
+            matmul = tf.function(lambda x, y: tf.matmul(x, y),
+                                 jit_compile=backend == "XLA")
+            for _ in range(PEAK_WARMUP_CALLS):
+                matmul(a, b).numpy()
+            times = []
+            started = time.perf_counter()
+            while len(times) < PEAK_MAX_CALLS and (
+                    len(times) < PEAK_MIN_CALLS or time.perf_counter() - started < PEAK_SECONDS):
+                call = time.perf_counter()
+                matmul(a, b).numpy()
+                times.append(time.perf_counter() - call)
+            gflops[dtype][backend] = {"best": 2 * n ** 3 / min(times) / 1e9,
+                                      "median": 2 * n ** 3 / statistics.median(times) / 1e9,
+                                      "calls": len(times)}
+    return {"matmul_size": n, "gflops": gflops, "bf16_native": native_bf16(),
+            "peak_rss_kib": peak_rss_kib(), "tensorflow": tf.__version__}
+
+
+def run_ours(spec: Mapping) -> dict:
+    """Our TF2 trainer (`spec["use_xla"]`: with XLA): timed train steps and eval, in this
+    process."""
     import tensorflow as tf
 
     from reference.bert_config import load_bert_config
@@ -123,17 +286,20 @@ def run_ours(spec: dict) -> dict:
     train, evals = _data(spec, config.vocab_size)
     tf.random.set_seed(SEED)
     strategy = tf.distribute.get_strategy()
-    trainer = Trainer(strategy, config, REFERENCE_OPTIMIZER, spec["batch_size"])
+    trainer = Trainer(strategy, config, REFERENCE_OPTIMIZER, spec["batch_size"],
+                      use_xla=bool(spec.get("use_xla")))
     trainer.initialize_weights(SEED)
 
     stacked = {k: tf.constant([b[k] for b in train]) for k in train[0]}
     train_data = strategy.distribute_datasets_from_function(
         lambda _: tf.data.Dataset.from_tensor_slices(stacked).repeat().prefetch(2))
     iterator = iter(train_data)
-    trainer.train_steps(iterator, WARMUP_STEPS)
     started = time.perf_counter()
+    trainer.train_steps(iterator, WARMUP_STEPS)
+    warmup_s = time.perf_counter() - started
+    started, cpu = time.perf_counter(), time.process_time()
     losses = trainer.train_steps(iterator, spec["steps"])
-    train_s = time.perf_counter() - started
+    train_s, train_cpu_s = time.perf_counter() - started, time.process_time() - cpu
 
     def eval_data(batches):
         stacked = {k: tf.constant([b[k] for b in batches]) for k in batches[0]}
@@ -146,11 +312,18 @@ def run_ours(spec: dict) -> dict:
     started = time.perf_counter()
     metrics = trainer.evaluate(data, len(evals))
     eval_s = time.perf_counter() - started
-    return {"train_s": train_s, "eval_s": eval_s, "loss": losses["total_loss"],
-            "masked_lm_accuracy": metrics["masked_lm_accuracy"], "tensorflow": tf.__version__}
+    return {"train_s": train_s, "eval_s": eval_s, "warmup_s": warmup_s,
+            "train_cpu_s": train_cpu_s, "loss": losses["total_loss"],
+            "masked_lm_accuracy": metrics["masked_lm_accuracy"],
+            "peak_rss_kib": peak_rss_kib(), "tensorflow": tf.__version__}
 
 
-def run_reference(spec: dict) -> dict:
+def run_ours_xla(spec: Mapping) -> dict:
+    """`run_ours` with XLA."""
+    return run_ours({**spec, "use_xla": True})
+
+
+def run_reference(spec: Mapping) -> dict:
     """The reference TF1 graph in a compat.v1 Session (in this process; call it first)."""
     import types
 
@@ -198,12 +371,14 @@ def run_reference(spec: dict) -> dict:
         fetches = [spec_out["loss"], spec_out["train_op"]]
         with tf.Session() as sess:
             sess.run(tf.global_variables_initializer())
+            started = time.perf_counter()
             for step in range(WARMUP_STEPS):
                 sess.run(fetches, {features[k]: v for k, v in train[step % 4].items()})
-            started = time.perf_counter()
+            warmup_s = time.perf_counter() - started
+            started, cpu = time.perf_counter(), time.process_time()
             for step in range(WARMUP_STEPS, WARMUP_STEPS + spec["steps"]):
                 loss, _ = sess.run(fetches, {features[k]: v for k, v in train[step % 4].items()})
-            train_s = time.perf_counter() - started
+            train_s, train_cpu_s = time.perf_counter() - started, time.process_time() - cpu
 
     with tf.Graph().as_default():
         tf.set_random_seed(SEED)
@@ -221,17 +396,25 @@ def run_reference(spec: dict) -> dict:
                 sess.run(updates, {features[k]: v for k, v in batch.items()})
             metrics = sess.run(values)
             eval_s = time.perf_counter() - started
-    return {"train_s": train_s, "eval_s": eval_s, "loss": float(loss),
+    return {"train_s": train_s, "eval_s": eval_s, "warmup_s": warmup_s,
+            "train_cpu_s": train_cpu_s, "loss": float(loss),
             "masked_lm_accuracy": float(metrics["masked_lm_accuracy"]),
-            "tensorflow": tf.VERSION}
+            "peak_rss_kib": peak_rss_kib(), "tensorflow": tf.VERSION}
 
 
-SIDES = {"ours": run_ours, "reference": run_reference}
+WORKERS = {"peak": run_peak, "reference": run_reference, "ours": run_ours,
+           "ours+xla": run_ours_xla}
 
 
-def run_side(side: str, spec: dict) -> dict:
-    """Run one side in a fresh Python process; its result dict (BenchError if it fails)."""
+def run_side(side: str, spec: Mapping) -> dict:
+    """Run one worker ("peak" or a side) in a fresh Python process; its result dict (BenchError
+    if it fails). A spec's "bert_config" is written to a file the worker reads."""
     with tempfile.TemporaryDirectory() as work:
+        spec = dict(spec)
+        if "bert_config" in spec:
+            config_path = Path(work) / "bert_config.json"
+            config_path.write_text(json.dumps(spec["bert_config"]))
+            spec["bert_config_file"] = str(config_path)
         spec_path = Path(work) / "spec.json"
         result_path = Path(work) / "result.json"
         spec_path.write_text(json.dumps(spec))
@@ -250,7 +433,7 @@ def run_side(side: str, spec: dict) -> dict:
         return json.loads(result_path.read_text())
 
 
-# ---------------------------------------------------------------------- report
+# ---------------------------------------------------------------------- results
 def machine() -> str:
     """CPU model and core count, e.g. 'Intel Xeon ... (2 cores)'."""
     model = platform.processor() or platform.machine()
@@ -265,113 +448,232 @@ def machine() -> str:
 
 
 def median_result(results: list[dict]) -> dict:
-    """The first result with train_s and eval_s replaced by their medians over `results`."""
-    return {**results[0], "runs": len(results),
-            **{key: statistics.median(r[key] for r in results) for key in ("train_s", "eval_s")}}
+    """The first result with its times replaced by their medians over `results` and its peak
+    RSS by the largest."""
+    times = {key: statistics.median(r[key] for r in results)
+             for key in ("train_s", "eval_s", "warmup_s", "train_cpu_s") if key in results[0]}
+    rss = {"peak_rss_kib": max(r["peak_rss_kib"] for r in results)} \
+        if "peak_rss_kib" in results[0] else {}
+    return {**results[0], "runs": len(results), **times, **rss}
 
 
+def best_peak(runs: list[dict]) -> dict:
+    """The peak over several `run_peak` results: per dtype and backend the best call of any
+    run; per dtype the best backend ("gflops", "backend")."""
+    peak = {"matmul_size": runs[0]["matmul_size"], "runs": len(runs),
+            "bf16_native": runs[0].get("bf16_native")}
+    for dtype in PEAK_DTYPES:
+        backends = {backend: max(r["gflops"][dtype][backend]["best"] for r in runs)
+                    for backend in runs[0]["gflops"][dtype]}
+        best = max(backends, key=backends.get)
+        peak[dtype] = {"gflops": backends[best], "backend": best, "backends": backends}
+    return peak
+
+
+def summarize(result: Mapping, spec: Mapping, peak_gflops: float) -> dict:
+    """Steps/s, sequences/s and MFU of training; seconds and MFU of the eval."""
+    cfg = spec["bert_config"]
+    steps_per_s = spec["steps"] / result["train_s"]
+    records = eval_records(spec)
+    eval_flops = step_flops(cfg, spec["seq_length"], spec["max_predictions"],
+                            records, training=False)
+    return {
+        "train_steps_per_s": steps_per_s,
+        "train_seq_per_s": steps_per_s * spec["batch_size"],
+        "train_mfu": step_flops(cfg, spec["seq_length"], spec["max_predictions"],
+                                spec["batch_size"]) * steps_per_s / (peak_gflops * 1e9),
+        "eval_s": result["eval_s"],
+        "eval_10k_s": result["eval_s"] * EVAL_SAMPLES / records,
+        "eval_mfu": eval_flops / result["eval_s"] / (peak_gflops * 1e9),
+    }
+
+
+# ---------------------------------------------------------------------- report
 def _shown(path: str) -> str:
     """`path` relative to the working directory when it lies under it."""
     relative = os.path.relpath(path)
     return path if relative.startswith("..") else relative
 
 
-def summarize(result: dict, spec: dict) -> dict:
-    """Sequences/s for training and seconds for eval (measured and per 10,000 samples)."""
-    return {"train_seq_per_s": spec["batch_size"] * spec["steps"] / result["train_s"],
-            "eval_s": result["eval_s"],
-            "eval_10k_s": result["eval_s"] * EVAL_SAMPLES / spec["eval_examples"]}
+def format_memory(kib: float) -> str:
+    """A KiB count as MiB (below 1 GiB) or GiB."""
+    mib = kib / 1024
+    return f"{mib:,.0f} MiB" if mib < 1024 else f"{mib / 1024:.2f} GiB"
 
 
-def format_report(spec: dict, ours: dict, reference: dict | None, when: str,
-                  load: tuple[float, float] | None = None) -> str:
-    """The markdown report: configuration, then one row per measure with the ratio."""
-    cfg = json.loads(Path(spec["bert_config_file"]).read_text())
-    ours_s = summarize(ours, spec)
-    ref_s = summarize(reference, spec) if reference else None
+def _speedup(ours: float, reference: float | None) -> str:
+    return f"{ours / reference:.2f}x" if reference else "-"
+
+
+def format_peak(peak: Mapping) -> list[str]:
+    """The report's lines on the matmul peak."""
+    fp32, bf16 = peak["float32"], peak["bfloat16"]
+    notes = []
+    if bf16["gflops"] < fp32["gflops"]:
+        notes.append("slower than float32")
+    if peak.get("bf16_native") is False:
+        notes.append("this CPU has no bfloat16 matrix instructions (no avx512_bf16, amx_bf16 "
+                     "or bf16 flag)")
+    note = f" ({'; '.join(notes)})" if notes else ""
+
+    def each(entry):
+        return ", ".join(f"{backend} {value:.1f}" for backend, value in entry["backends"].items())
+
+    return [
+        f"- dense matmul peak, the MFU denominator: float32 {fp32['gflops']:.1f} GFLOP/s; "
+        f"bfloat16 {bf16['gflops']:.1f} GFLOP/s{note}",
+        f"  - {peak['matmul_size']} x {peak['matmul_size']} products (2 n^3 FLOPs each), the "
+        f"best call of {peak['runs']} measurement(s) (before and after the sides) per backend: "
+        f"float32 {each(fp32)}; bfloat16 {each(bf16)}. Every side trains in float32, so the "
+        "float32 peak is the denominator",
+    ]
+
+
+def format_shape(spec: Mapping, results: Mapping[str, dict], peak_gflops: float) -> list[str]:
+    """One shape's section: its sizes and FLOPs, then a row per side."""
+    cfg = spec["bert_config"]
+    flops = step_flops(cfg, spec["seq_length"], spec["max_predictions"], spec["batch_size"])
+    fwd = step_flops(cfg, spec["seq_length"], spec["max_predictions"], 1, training=False)
+    runs = next(iter(results.values())).get("runs", 1)
+    lines = [
+        f"## {spec['name']}",
+        "",
+        f"- model: {spec['source']} (layers {cfg['num_hidden_layers']}, hidden "
+        f"{cfg['hidden_size']}, heads {cfg['num_attention_heads']}, intermediate "
+        f"{cfg['intermediate_size']}, vocab {cfg['vocab_size']}, dropout "
+        f"{cfg['hidden_dropout_prob']:g}/{cfg['attention_probs_dropout_prob']:g})",
+        f"- batch {spec['batch_size']}, sequence {spec['seq_length']}, "
+        f"{spec['max_predictions']} predictions; {flops / 1e9:,.1f} GFLOP per training step, "
+        f"{fwd / 1e9:,.2f} GFLOP per eval sequence (`step_flops`)",
+        f"- training: {spec['steps']} timed steps after {WARMUP_STEPS} warm-up steps; eval: "
+        f"{eval_records(spec)} records in batches of {spec['eval_batch_size']} after one warm-up "
+        f"batch, extrapolated to {EVAL_SAMPLES:,} samples; {runs} run(s) per side, medians",
+        "",
+        "| side | train steps/s | train seq/s | train speed-up | train MFU | "
+        f"eval s per {EVAL_SAMPLES // 1000}k | eval speed-up | eval MFU | warm-up s | "
+        "train cores | peak RSS |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    summaries = {side: summarize(result, spec, peak_gflops) for side, result in results.items()}
+    ref = summaries.get("reference")
+    for side, s in summaries.items():
+        result = results[side]
+        cores = (f"{result['train_cpu_s'] / result['train_s']:.2f}" if "train_cpu_s" in result
+                 else "-")
+        train_ratio = _speedup(s["train_steps_per_s"], ref and ref["train_steps_per_s"])
+        eval_ratio = _speedup(1 / s["eval_10k_s"], ref and 1 / ref["eval_10k_s"])
+        lines.append(
+            f"| {side} | {s['train_steps_per_s']:.3g} | {s['train_seq_per_s']:.3g} | "
+            f"{train_ratio} | {s['train_mfu']:.1%} | {s['eval_10k_s']:,.1f} | {eval_ratio} | "
+            f"{s['eval_mfu']:.1%} | {result.get('warmup_s', float('nan')):.1f} | {cores} | "
+            f"{format_memory(result['peak_rss_kib'])} |")
+    lines.append("")
+    return lines
+
+
+def format_report(shapes: list[dict], results: Mapping[str, Mapping[str, dict]], peak: Mapping,
+                  when: str, load: tuple[float, float] | None = None,
+                  wall_s: float | None = None) -> str:
+    """The markdown report: machine and peak, then one table per shape (rows: sides)."""
+    tensorflow = next(iter(next(iter(results.values())).values()))["tensorflow"]
     lines = [
         "# Training bench: ours vs the reference TF1 graph",
         "",
         f"- date: {when}",
-        f"- machine: {machine()}; TensorFlow {ours['tensorflow']}, Python "
+        f"- machine: {machine()}; TensorFlow {tensorflow}, Python "
         f"{platform.python_version()}",
     ]
     if load:
         lines.append(f"- load average (1 min) before / after: {load[0]:.2f} / {load[1]:.2f}")
+    if wall_s is not None:
+        lines.append(f"- bench wall time: {wall_s / 60:.1f} min")
+    lines += format_peak(peak)
     lines += [
-        f"- model: {_shown(spec['bert_config_file'])} (layers {cfg['num_hidden_layers']}, hidden "
-        f"{cfg['hidden_size']}, heads {cfg['num_attention_heads']}, intermediate "
-        f"{cfg['intermediate_size']}, vocab {cfg['vocab_size']})",
-        f"- batch {spec['batch_size']}, sequence {spec['seq_length']}, "
-        f"{spec['max_predictions']} predictions; LAMB with the reference's default flags; "
-        f"synthetic batches (seed {SEED})",
-        f"- training: {spec['steps']} timed steps after {WARMUP_STEPS} warm-up steps; eval: "
-        f"{spec['eval_examples']} records in batches of {spec['eval_batch_size']} after one "
-        f"warm-up batch, time extrapolated linearly to {EVAL_SAMPLES:,} samples",
-        f"- each side in its own process, {ours.get('runs', 1)} run(s) each, alternating; "
-        f"the median time is reported",
+        "- all sides: float32, LAMB with the reference's default flags, synthetic batches "
+        f"(seed {SEED}), each side in its own process; speed-ups are reference time / our time; "
+        "MFU = `step_flops` per second / the float32 peak; warm-up s: the 2 untimed steps "
+        "(tracing, compilation); train cores: CPU seconds per second of the side's process "
+        f"during the timed steps (below {os.cpu_count()}: threads idle or, on a shared "
+        "machine, CPU taken by other processes); peak RSS: the side's process",
         "",
-        "| measure | reference | ours | ours / reference |",
-        "|---|---:|---:|---:|",
     ]
-    rows = [("training sequences/s", "train_seq_per_s", "{:.2f}"),
-            (f"eval of {spec['eval_examples']} records, s", "eval_s", "{:.3g}"),
-            (f"eval of {EVAL_SAMPLES:,} samples, s (extrapolated)", "eval_10k_s", "{:.1f}")]
-    for label, key, fmt in rows:
-        ref = fmt.format(ref_s[key]) if ref_s else "-"
-        ratio = f"{ours_s[key] / ref_s[key]:.2f}" if ref_s else "-"
-        lines.append(f"| {label} | {ref} | {fmt.format(ours_s[key])} | {ratio} |")
-    lines.append("")
+    for spec in shapes:
+        lines += format_shape(spec, results[spec["name"]], peak["float32"]["gflops"])
     return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------- command line
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description="Training sequences/s and eval time, ours vs the reference TF1 graph.")
+        description="Training speed, eval time, MFU and peak RSS: ours vs the reference TF1 "
+                    "graph.")
     parser.add_argument("--reference_dir", default=None,
                         help="the reference's retired_benchmarks/bert folder")
-    parser.add_argument("--bert_config_file", default=str(DEFAULT_CONFIG))
-    parser.add_argument("--batch_size", type=int, default=8)
-    parser.add_argument("--seq_length", type=int, default=128)
-    parser.add_argument("--max_predictions", type=int, default=20)
-    parser.add_argument("--steps", type=int, default=20, help="timed training steps")
-    parser.add_argument("--eval_examples", type=int, default=512)
-    parser.add_argument("--eval_batch_size", type=int, default=None,
-                        help="records per eval batch (default: --batch_size)")
+    parser.add_argument("--shapes", default=None,
+                        help=f"comma list of {', '.join(SHAPES)} (default: {DEFAULT_SHAPES}, or "
+                             "custom when --bert_config_file is given)")
+    parser.add_argument("--bert_config_file", default=None,
+                        help="the BERT config of the custom shape")
+    parser.add_argument("--sides", default=",".join(SIDE_NAMES),
+                        help=f"comma list of {', '.join(SIDE_NAMES)}")
+    for name in SIZE_FLAGS:
+        parser.add_argument(f"--{name}", type=int, default=None,
+                            help="replaces the shapes' value (see the module docstring)")
     parser.add_argument("--repeats", type=int, default=1,
                         help="runs of each side (alternating); medians are reported")
+    parser.add_argument("--matmul_size", type=int, default=2048,
+                        help="n of the n x n products that measure the matmul peak")
     parser.add_argument("--output", default="build/bench/train.md")
     parser.add_argument("--ours_only", action="store_true",
-                        help="measure only our side (no --reference_dir, no ratios)")
-    parser.add_argument("--worker", choices=sorted(SIDES), help=argparse.SUPPRESS)
+                        help="measure only our sides (no --reference_dir, no speed-ups)")
+    parser.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     parser.add_argument("--spec", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
-def make_spec(args: argparse.Namespace) -> dict:
-    """Validate the arguments; the spec both workers read (BenchError if invalid)."""
-    for name in ("batch_size", "seq_length", "max_predictions", "steps", "eval_examples",
-                 "repeats"):
-        if getattr(args, name) < 1:
-            raise BenchError(f"--{name} must be at least 1")
-    config_path = Path(args.bert_config_file)
+def _comma_list(text: str, known, flag: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        raise BenchError(f"--{flag}={text}: expected a comma list of {', '.join(known)}")
+    return list(dict.fromkeys(names))
+
+
+def _read_config(path: str) -> dict:
     try:
-        cfg = json.loads(config_path.read_text())
-        vocab, positions = int(cfg["vocab_size"]), int(cfg["max_position_embeddings"])
+        values = json.loads(Path(path).read_text())
+        int(values["vocab_size"]), int(values["max_position_embeddings"])
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise BenchError(f"--bert_config_file={args.bert_config_file}: cannot read a BERT "
-                         f"config ({type(err).__name__}: {err})".splitlines()[0]) from None
-    if args.seq_length > positions:
-        raise BenchError(f"--seq_length={args.seq_length} exceeds max_position_embeddings "
-                         f"{positions} of {args.bert_config_file}")
-    if args.max_predictions >= args.seq_length // 2:
-        raise BenchError(f"--max_predictions={args.max_predictions} must be below half of "
-                         f"--seq_length={args.seq_length}")
-    del vocab
+        raise BenchError(f"--bert_config_file={path}: cannot read a BERT config "
+                         f"({type(err).__name__}: {err})".splitlines()[0]) from None
+    return values
+
+
+def make_plan(args: argparse.Namespace) -> dict:
+    """Validate the arguments; {"shapes": [spec per shape], "sides": [...], "matmul_size"}
+    (BenchError if invalid). A shape's spec is what its side workers read."""
+    for name in SIZE_FLAGS:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise BenchError(f"--{name} must be at least 1")
+    if args.repeats < 1:
+        raise BenchError("--repeats must be at least 1")
+    if args.matmul_size < 64:
+        raise BenchError("--matmul_size must be at least 64")
+    names = _comma_list(args.shapes or ("custom" if args.bert_config_file else DEFAULT_SHAPES),
+                        SHAPES, "shapes")
+    if "custom" in names and not args.bert_config_file:
+        raise BenchError("--shapes=custom needs --bert_config_file")
+    if args.bert_config_file and "custom" not in names:
+        raise BenchError("--bert_config_file is the custom shape's config: add custom to "
+                         "--shapes")
+    sides = _comma_list(args.sides, SIDE_NAMES, "sides")
+    if args.ours_only:
+        sides = [side for side in sides if side != "reference"]
+        if not sides:
+            raise BenchError("--ours_only leaves no side to run (see --sides)")
     reference_dir = None
-    if not args.ours_only:
+    if "reference" in sides:
         if not args.reference_dir:
             raise BenchError("--reference_dir is required: the reference's "
                              "retired_benchmarks/bert folder (or --ours_only)")
@@ -381,11 +683,37 @@ def make_spec(args: argparse.Namespace) -> dict:
             raise BenchError(f"--reference_dir={args.reference_dir}: not the reference's "
                              f"BERT folder (no {', '.join(missing)})")
         reference_dir = str(folder.resolve())
-    return {"reference_dir": reference_dir, "bert_config_file": str(config_path.resolve()),
-            "batch_size": args.batch_size, "seq_length": args.seq_length,
-            "max_predictions": args.max_predictions, "steps": args.steps,
-            "eval_examples": args.eval_examples,
-            "eval_batch_size": args.eval_batch_size or args.batch_size}
+
+    shapes = []
+    for name in names:
+        config, sizes = SHAPES[name]
+        if isinstance(config, dict):
+            values, source = dict(config), "built in"
+        else:
+            path = str(config or args.bert_config_file)
+            values, source = _read_config(path), _shown(str(Path(path).resolve()))
+        try:
+            config_from_dict(values, source=source)
+        except ConfigError as err:
+            raise BenchError(f"{name} shape: {err}") from None
+        spec = {"name": name, "source": source, "bert_config": values,
+                "reference_dir": reference_dir, **sizes}
+        for flag in SIZE_FLAGS:
+            if getattr(args, flag) is not None:
+                spec[flag] = getattr(args, flag)
+        spec.setdefault("eval_batch_size", spec["batch_size"])
+        if spec["seq_length"] > values["max_position_embeddings"]:
+            raise BenchError(f"{name} shape: --seq_length={spec['seq_length']} exceeds "
+                             f"max_position_embeddings {values['max_position_embeddings']}")
+        if spec["max_predictions"] >= spec["seq_length"] // 2:
+            raise BenchError(f"{name} shape: --max_predictions={spec['max_predictions']} must "
+                             f"be below half of --seq_length={spec['seq_length']}")
+        shapes.append(spec)
+    return {"shapes": shapes, "sides": sides, "matmul_size": args.matmul_size}
+
+
+def _progress(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -393,21 +721,27 @@ def main(argv: list[str] | None = None) -> str:
     args = parse_args(argv)
     if args.worker:
         spec = json.loads(Path(args.spec).read_text())
-        Path(args.result).write_text(json.dumps(SIDES[args.worker](spec)))
+        Path(args.result).write_text(json.dumps(WORKERS[args.worker](spec)))
         return ""
-    spec = make_spec(args)
+    plan = make_plan(args)
+    started = time.perf_counter()
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     load_before = os.getloadavg()[0]
-    sides = (["reference"] if spec["reference_dir"] else []) + ["ours"]
-    runs = {side: [] for side in sides}
-    for repeat in range(args.repeats):
-        for side in sides:  # alternating, so a change of load hits both sides alike
-            print(f"timing {side} ({repeat + 1}/{args.repeats}) ...", file=sys.stderr,
-                  flush=True)
-            runs[side].append(run_side(side, spec))
-    ours = median_result(runs["ours"])
-    reference = median_result(runs["reference"]) if spec["reference_dir"] else None
-    report = format_report(spec, ours, reference, when, (load_before, os.getloadavg()[0]))
+    peak_spec = {"matmul_size": plan["matmul_size"]}
+    _progress("measuring the matmul peak (1/2) ...")
+    peaks = [run_side("peak", peak_spec)]
+    results = {}
+    for spec in plan["shapes"]:
+        runs = {side: [] for side in plan["sides"]}
+        for repeat in range(args.repeats):
+            for side in plan["sides"]:  # alternating, so a change of load hits every side
+                _progress(f"timing {spec['name']}: {side} ({repeat + 1}/{args.repeats}) ...")
+                runs[side].append(run_side(side, spec))
+        results[spec["name"]] = {side: median_result(r) for side, r in runs.items()}
+    _progress("measuring the matmul peak (2/2) ...")
+    peaks.append(run_side("peak", peak_spec))
+    report = format_report(plan["shapes"], results, best_peak(peaks), when,
+                           (load_before, os.getloadavg()[0]), time.perf_counter() - started)
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(report)
