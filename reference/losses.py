@@ -41,10 +41,35 @@ def masked_lm_example_loss(logits: tf.Tensor, label_ids: tf.Tensor) -> tf.Tensor
     Returns:
       [B * P] float32, in nats.
     """
-    log_probs = _masked_lm_log_probs(logits)
-    one_hot = tf.one_hot(tf.reshape(tf.cast(label_ids, tf.int32), [-1]),
-                         depth=log_probs.shape[-1], dtype=tf.float32)
-    return -tf.reduce_sum(log_probs * one_hot, axis=[-1])
+    return _label_cross_entropy(_masked_lm_log_probs(logits), label_ids)
+
+
+def _label_cross_entropy(log_probs: tf.Tensor, label_ids: tf.Tensor) -> tf.Tensor:
+    """-log_probs[i, label_i] for each row i of [N, vocab] log-probabilities: the reference's
+    -sum(one_hot(label) * log_probs) without the [N, vocab] one-hot and product (the other
+    terms of that sum are exact zeros, so the values and gradients are the same)."""
+    ids = tf.reshape(tf.cast(label_ids, tf.int32), [-1, 1])
+    return -tf.gather(log_probs, ids, batch_dims=1)[:, 0]
+
+
+@tf.custom_gradient
+def _lean_cross_entropy(logits: tf.Tensor, label_ids: tf.Tensor):
+    """`_label_cross_entropy(log_softmax(logits), label_ids)` for [N, vocab] logits and [N]
+    int32 ids, with a gradient that keeps one [N, vocab] tensor (the log-probabilities) and
+    writes d logits into one more, bit for bit what TensorFlow's own gradients of the
+    reference's one-hot cross-entropy give: for d log_probs = g at the label and 0 elsewhere,
+    LogSoftmax's gradient d log_probs - sum(d log_probs) * exp(log_probs) is
+    -(g * softmax) everywhere plus g at the label."""
+    log_probs = tf.nn.log_softmax(logits, axis=-1)
+    ce = _label_cross_entropy(log_probs, label_ids)
+
+    def grad(d_ce):
+        g = -d_ce  # d loss / d log_probs at each row's label
+        d_logits = tf.exp(log_probs) * (-g)[:, tf.newaxis]
+        rows = tf.range(tf.shape(label_ids)[0], dtype=label_ids.dtype)
+        return tf.tensor_scatter_nd_add(d_logits, tf.stack([rows, label_ids], axis=1), g), None
+
+    return ce, grad
 
 
 def masked_lm_loss(logits: tf.Tensor, label_ids: tf.Tensor, label_weights: tf.Tensor) -> tf.Tensor:
@@ -53,7 +78,8 @@ def masked_lm_loss(logits: tf.Tensor, label_ids: tf.Tensor, label_weights: tf.Te
     Args: logits [B, P, vocab]; label_ids [B, P] int; label_weights [B, P] float (1 real, 0 pad).
     """
     weights = tf.reshape(tf.cast(label_weights, tf.float32), [-1])
-    per_example = masked_lm_example_loss(logits, label_ids)
+    per_example = _lean_cross_entropy(tf.reshape(logits, [-1, logits.shape[-1]]),
+                                      tf.reshape(tf.cast(label_ids, tf.int32), [-1]))
     numerator = tf.reduce_sum(weights * per_example)
     denominator = tf.reduce_sum(weights) + MASKED_LM_DENOMINATOR_EPSILON
     return numerator / denominator
@@ -111,7 +137,7 @@ def metric_sums(outputs: Mapping[str, tf.Tensor],
     mlm_pred = tf.argmax(mlm_log_probs, axis=-1, output_type=tf.int32)
     mlm_ids = tf.reshape(tf.cast(features["masked_lm_ids"], tf.int32), [-1])
     weights = tf.reshape(tf.cast(features["masked_lm_weights"], tf.float32), [-1])
-    mlm_ce = masked_lm_example_loss(outputs["masked_lm_logits"], features["masked_lm_ids"])
+    mlm_ce = _label_cross_entropy(mlm_log_probs, features["masked_lm_ids"])
 
     nsp_logits = outputs["next_sentence_logits"]
     nsp_pred = tf.argmax(tf.nn.log_softmax(nsp_logits, axis=-1), axis=-1, output_type=tf.int32)

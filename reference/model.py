@@ -239,6 +239,15 @@ def attention_adder(input_mask: tf.Tensor) -> tf.Tensor:
     return (1.0 - to_mask) * MASKED_SCORE_ADDER
 
 
+def _recomputed(layer: TransformerLayer, inputs: tf.Tensor, score_adder: tf.Tensor) -> tf.Tensor:
+    """`layer(inputs, score_adder, training=True)` under tf.recompute_grad: the backward pass
+    runs the layer again from `inputs` instead of keeping its activations (attention scores,
+    GELU terms) from the forward pass. A dropout mask is drawn again from the same key, so the
+    recomputation repeats the forward pass exactly (the caller differentiates inside the same
+    `DropoutKeys.using` block)."""
+    return tf.recompute_grad(lambda x: layer(x, score_adder, training=True))(inputs)
+
+
 class BertEncoder(tf_keras.layers.Layer):
     """Embeddings, the transformer stack and the pooler (the MLCommons reference's `bert` scope).
 
@@ -246,8 +255,9 @@ class BertEncoder(tf_keras.layers.Layer):
       -> (sequence_output [B, S, hidden], pooled_output [B, hidden]).
     """
 
-    def __init__(self, config: BertConfig, **kwargs):
+    def __init__(self, config: BertConfig, recompute_layers: bool = False, **kwargs):
         super().__init__(**kwargs)
+        self._recompute_layers = recompute_layers
         self.embeddings = BertEmbeddings(config, name="embeddings")
         self.transformer_layers = [TransformerLayer(config, name=f"encoder/layer_{i}")
                                    for i in range(config.num_hidden_layers)]
@@ -259,7 +269,10 @@ class BertEncoder(tf_keras.layers.Layer):
         output = self.embeddings(input_ids, segment_ids, training=training)
         adder = attention_adder(input_mask)
         for layer in self.transformer_layers:
-            output = layer(output, adder, training=training)
+            if self._recompute_layers and training is True:
+                output = _recomputed(layer, output, adder)
+            else:
+                output = layer(output, adder, training=training)
         pooled = self.pooler(tf.squeeze(output[:, 0:1, :], axis=1))
         return output, pooled
 
@@ -292,12 +305,18 @@ class BertPretrainingModel(tf_keras.Model):
       outputs: dict with "masked_lm_logits" [B, P, vocab], "next_sentence_logits" [B, 2],
         "sequence_output" [B, S, hidden], "pooled_output" [B, hidden] (float32).
     Dropout is active only when called with training=True.
+
+    recompute_layers: with training=True, keep only each transformer layer's input for the
+    backward pass and recompute the layer there (gradient checkpointing: about a third more
+    encoder compute, the encoder's activations not held; the CPU demo's memory).
     """
 
-    def __init__(self, config: BertConfig, name: str = "bert_pretraining", **kwargs):
+    def __init__(self, config: BertConfig, name: str = "bert_pretraining",
+                 recompute_layers: bool = False, **kwargs):
         super().__init__(name=name, **kwargs)
         self.config = config
-        self.bert = BertEncoder(config, name="bert")
+        self.recompute_layers = recompute_layers
+        self.bert = BertEncoder(config, recompute_layers=recompute_layers, name="bert")
         self.masked_lm = TiedMaskedLM(self.bert.embeddings.word_embeddings,
                                       activation=get_activation(config.hidden_act),
                                       initializer=_initializer(config), output="logits",
@@ -323,7 +342,8 @@ class BertPretrainingModel(tf_keras.Model):
         }
 
     def get_config(self):
-        return {"config": self.config.to_dict(), "name": self.name}
+        return {"config": self.config.to_dict(), "name": self.name,
+                "recompute_layers": self.recompute_layers}
 
 
 def dummy_features(batch_size: int = 1, seq_length: int = 1,

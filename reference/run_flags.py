@@ -90,6 +90,8 @@ FLAG_TABLE = (
      ["none", "bf16", "fp16"]),
     ("bool", "use_xla", False, "Compile the training and eval steps with XLA (jit_compile); "
      "TPUs compile them anyway."),
+    ("bool", "recompute_layers", False, "Recompute each transformer layer in the backward pass "
+     "instead of keeping its activations: less memory, about a third more encoder compute."),
     ("float", "dropout_override", None, "Set both dropout probabilities of the BERT config."),
     ("string", "preset", None, "A preset of reference/presets/ (v3-128, v100-8, a100-8, demo); "
      "flags given on the command line win."),

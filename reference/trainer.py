@@ -213,6 +213,8 @@ class Trainer:
       mixed_precision: "none", "bf16" or "fp16" (set the Keras policy first:
         `set_mixed_precision`).
       use_xla: compile the replica steps and the optimizer update with XLA (module docstring).
+      recompute_layers: recompute each transformer layer in the backward pass instead of
+        keeping its activations (`BertPretrainingModel`; less memory, more compute).
 
     Counters (checkpointed with the model and optimizer): `global_step` (micro-steps),
     `trained_samples`, `target_reached` (1 once an eval reached the target), `run_seed` (data
@@ -224,7 +226,7 @@ class Trainer:
     def __init__(self, strategy: tf.distribute.Strategy, config: BertConfig,
                  optimizer: OptimizerSettings, train_batch_size: int, steps_per_update: int = 1,
                  clip_after_allreduce: bool = False, mixed_precision: str = "none",
-                 use_xla: bool = False):
+                 use_xla: bool = False, recompute_layers: bool = False):
         self.strategy = strategy
         self.config = config
         self.settings = optimizer
@@ -235,7 +237,7 @@ class Trainer:
         # TPUStrategy compiles the whole step with XLA whatever is asked.
         self.use_xla = bool(use_xla) and not isinstance(strategy, tf.distribute.TPUStrategy)
         with strategy.scope():
-            self.model = BertPretrainingModel(config)
+            self.model = BertPretrainingModel(config, recompute_layers=recompute_layers)
             self.optimizer = make_optimizer(optimizer)
             self.optimizer.build(self.model.trainable_variables)
 
@@ -349,7 +351,8 @@ class Trainer:
             loss = losses["total_loss"]
             if self.mixed_precision == "fp16":
                 loss = loss * self.loss_scale
-        grads = tape.gradient(loss, self._variables)
+        with self._dropout_keys.using(dropout_key):  # recompute_layers: layers run again here
+            grads = tape.gradient(loss, self._variables)
         grads = [tf.zeros_like(v) if g is None else densify(g)
                  for g, v in zip(grads, self._variables)]
         if self.mixed_precision == "fp16":
@@ -492,6 +495,9 @@ class Trainer:
         strategy = self.strategy
         total = tf.zeros([len(EvalMetrics.KEYS)], tf.float64)
         for _ in tf.range(num_steps):
+            # One batch at a time: overlapping iterations would each hold their
+            # [batch * predictions, vocab] logits.
+            tf.autograph.experimental.set_loop_options(parallel_iterations=1)
             # A Python function, not the compiled one, runs in each replica's device scope.
             sums = strategy.run(lambda batch: self._eval_sums(batch), args=(next(iterator),))
             total += tf.cast(strategy.reduce(tf.distribute.ReduceOp.SUM, sums, axis=None),

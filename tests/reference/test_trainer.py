@@ -178,6 +178,29 @@ def test_xla_trains_like_tf_function_without_retracing(tiny_config, tf1_checkpoi
                                        err_msg=name)
 
 
+@pytest.mark.parametrize("use_xla", [False, True], ids=["tf_function", "xla"])
+def test_recomputed_layers_train_like_stored_activations(tiny_config, tf1_checkpoint,
+                                                         ref_results, train_batch, use_xla):
+    """recompute_layers (gradient checkpointing) with dropout 0.1: the backward pass redraws
+    the same masks, so losses and weights equal those of a run keeping the activations."""
+    strategy = tf.distribute.get_strategy()
+    runs = []
+    for recompute in (False, True):
+        trainer = Trainer(strategy, tiny_config, settings_from(ref_results["lamb"]),
+                          train_batch_size=8, use_xla=use_xla, recompute_layers=recompute)
+        assert trainer.model.recompute_layers is recompute
+        trainer.load_initial_checkpoint(tf1_checkpoint)
+        trainer.set_seed(3)
+        losses = trainer.train_steps(iter(repeated(strategy, train_batch)), 2)
+        runs.append((losses, checkpoint.model_variables_by_name(trainer.model)))
+    (stored, stored_vars), (recomputed, recomputed_vars) = runs
+    assert recomputed == pytest.approx(stored, abs=1e-5)
+    for name, var in stored_vars.items():
+        if not name.endswith("key/bias"):  # zero gradient up to rounding; LAMB scales noise
+            np.testing.assert_allclose(recomputed_vars[name].numpy(), var.numpy(), rtol=0,
+                                       atol=1e-5, err_msg=name)
+
+
 def test_keyed_dropout_masks_are_the_same_under_xla():
     inputs = tf.ones([4, 64, 96])
     seed = tf.constant([3, 7], tf.int64)
