@@ -88,8 +88,8 @@ FLAG_TABLE = (
      "start and logged."),
     ("enum", "mixed_precision", "none", "Compute type; fp16 adds dynamic loss scaling.",
      ["none", "bf16", "fp16"]),
-    ("bool", "use_xla", False, "Compile the training and eval steps with XLA (jit_compile); "
-     "TPUs compile them anyway."),
+    ("bool", "use_xla", False, "Compile the training and eval steps with XLA (jit_compile; the "
+     "optimizer update is compiled either way); TPUs compile them anyway."),
     ("bool", "recompute_layers", False, "Recompute each transformer layer in the backward pass "
      "instead of keeping its activations: less memory, about a third more encoder compute."),
     ("float", "dropout_override", None, "Set both dropout probabilities of the BERT config."),

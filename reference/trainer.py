@@ -34,10 +34,14 @@ checkpointed counter (`run_seed`), so a resumed run keeps it whatever --seed say
 are thresholded raw Philox bits (`keyed_dropout`), which XLA and TensorFlow's own kernels
 produce alike (their uniform floats differ), so compiling with XLA changes no mask.
 
+The LAMB / AdamW update of each variable is always one `jit_compile` function (compiled once per
+variable, as Keras's optimizers do): it is elementwise work over every weight and its two
+moments, which XLA fuses into a few passes where TensorFlow's kernels make about seventeen
+(BERT-base on 2 CPU cores: 0.5 s per step down to 0.3 s).
+
 XLA (`use_xla`): each replica's forward and backward passes with the micro-batch loop,
-accumulation and clipping are one `jit_compile` function, the LAMB / AdamW update of each
-variable another (compiled once per variable, as Keras's optimizers do), and the eval step a
-third; the loop over updates, the input iterator, the all-reduce and the loss-scale decision
+accumulation and clipping are one more `jit_compile` function, and the eval step another; the
+loop over updates, the input iterator, the all-reduce and the loss-scale decision
 stay outside, in the `tf.function`. Every shape is static (batches have fixed sizes), so each
 function is traced and compiled once: `trace_counts()` reports it. On TPUs the whole step is
 compiled anyway and `use_xla` changes nothing.
@@ -212,7 +216,8 @@ class Trainer:
         micro-batch gradient (see the module docstring).
       mixed_precision: "none", "bf16" or "fp16" (set the Keras policy first:
         `set_mixed_precision`).
-      use_xla: compile the replica steps and the optimizer update with XLA (module docstring).
+      use_xla: compile the replica steps and the eval step with XLA (module docstring); the
+        optimizer update is compiled either way.
       recompute_layers: recompute each transformer layer in the backward pass instead of
         keeping its activations (`BertPretrainingModel`; less memory, more compute).
 
@@ -235,7 +240,8 @@ class Trainer:
         self.clip_after_allreduce = bool(clip_after_allreduce)
         self.mixed_precision = mixed_precision
         # TPUStrategy compiles the whole step with XLA whatever is asked.
-        self.use_xla = bool(use_xla) and not isinstance(strategy, tf.distribute.TPUStrategy)
+        on_tpu = isinstance(strategy, tf.distribute.TPUStrategy)
+        self.use_xla = bool(use_xla) and not on_tpu
         with strategy.scope():
             self.model = BertPretrainingModel(config, recompute_layers=recompute_layers)
             self.optimizer = make_optimizer(optimizer)
@@ -265,11 +271,11 @@ class Trainer:
         self._names = [variable_name(v) for v in self._variables]
         self._train_steps = tf.function(self._train_steps_fn)
         self._eval_steps = tf.function(self._eval_steps_fn)
-        compiled = functools.partial(tf.function, jit_compile=True) if self.use_xla else None
-        self._gradients = compiled(self._gradients_fn) if compiled else self._gradients_fn
-        self._update_variable = (compiled(self.optimizer.update_variable) if compiled
-                                 else self.optimizer.update_variable)
-        self._eval_sums = compiled(self._eval_sums_fn) if compiled else self._eval_sums_fn
+        compiled = functools.partial(tf.function, jit_compile=True)
+        self._update_variable = (self.optimizer.update_variable if on_tpu
+                                 else compiled(self.optimizer.update_variable))
+        self._gradients = compiled(self._gradients_fn) if self.use_xla else self._gradients_fn
+        self._eval_sums = compiled(self._eval_sums_fn) if self.use_xla else self._eval_sums_fn
 
     # ------------------------------------------------------------------ state
     @property

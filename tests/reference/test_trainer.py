@@ -161,6 +161,7 @@ def test_xla_trains_like_tf_function_without_retracing(tiny_config, tf1_checkpoi
         losses = [trainer.train_steps(iterator, 2) for _ in range(3)]
         metrics = [trainer.evaluate(eval_data, 1) for _ in range(2)]
         assert set(trainer.trace_counts().values()) == {1}, trainer.trace_counts()
+        assert xla_compiled(trainer._update_variable)  # with and without use_xla
         runs[use_xla] = losses, metrics, checkpoint.model_variables_by_name(trainer.model)
         if use_xla:
             assert xla_compiled(trainer._gradients) and xla_compiled(trainer._eval_sums)
