@@ -2,7 +2,7 @@
 trainer against the MLCommons reference's TF1 graph.
 
     python -m reference.bench --reference_dir=PATH/retired_benchmarks/bert \\
-        [--shapes=demo,bert-base] [--sides=reference,ours,ours+xla] [--repeats=1] \\
+        [--shapes=demo,bert-base] [--sides=reference,ours,ours+xla,ours+bf16] [--repeats=1] \\
         [--batch_size=N] [--seq_length=N] [--max_predictions=N] [--steps=N] \\
         [--eval_examples=N] [--eval_batch_size=N] [--matmul_size=2048] \\
         [--output=build/bench/train.md]
@@ -35,8 +35,12 @@ warm-up steps, beta 0.9/0.999, weight decay 0.01, log epsilon -6, one micro-batc
 - ours: `reference.trainer.Trainer` (the compiled `train_steps` and `evaluate` that
   `run_pretraining` uses) on the default strategy, all timed steps in one `train_steps` call
   (the iterations_per_loop loop) from a tf.data pipeline over the same batches.
-- ours+xla: the same with `Trainer(use_xla=True)` (replica step, optimizer update and eval step
-  compiled with XLA).
+- ours+xla: the same with `Trainer(use_xla=True)` (replica step and eval step compiled with XLA;
+  the optimizer update is compiled on every side of ours).
+- ours+bf16: `ours` in mixed precision, `Trainer(mixed_precision="bf16")` (bfloat16 compute,
+  float32 weights): not the reference's arithmetic, so its speed-up is not at equal config; it
+  shows what a CPU with bfloat16 matrix instructions (AMX, avx512_bf16) gives a user who
+  trains with --mixed_precision=bf16.
 
 Training: 2 warm-up steps (graph building, tracing, XLA compilation; their time is shown as
 "warm-up"), then `--steps` timed steps. Eval: one warm-up batch, then the eval records timed, the
@@ -51,9 +55,10 @@ Model FLOPs utilisation (MFU) = model FLOPs per second (`step_flops`, the standa
 count, the same for every side whatever it actually executes) / the machine's dense matmul peak.
 The peak is measured by its own process before and after the sides (`run_peak`): square n x n
 matrix products, 2 n^3 FLOPs each, through a `tf.function` and through an XLA-compiled one, in
-float32 and in bfloat16; the best float32 figure is the denominator, as every side trains in
-float32. bfloat16 is reported for information, with a note when it is slower than float32 and
-when the CPU has no bfloat16 matrix instructions (then it is no faster than float32).
+float32 and in bfloat16; each side's denominator is the best figure of its compute type:
+float32 for reference, ours and ours+xla, bfloat16 for ours+bf16. The report notes a bfloat16
+peak slower than float32 and a CPU without bfloat16 matrix instructions (then it is no faster
+than float32).
 
 The MLCommons reference is not part of this project: pass the folder of a checkout of the
 MLCommons training repository (`retired_benchmarks/bert`). Its modules are imported from there
@@ -107,7 +112,10 @@ SHAPES = {
     "custom": (None, DEMO_SIZES),
 }
 DEFAULT_SHAPES = "demo,bert-base"
-SIDE_NAMES = ("reference", "ours", "ours+xla")
+SIDE_NAMES = ("reference", "ours", "ours+xla", "ours+bf16")
+# Each side's compute type: its MFU is against the matmul peak of that type.
+SIDE_DTYPES = {"reference": "float32", "ours": "float32", "ours+xla": "float32",
+               "ours+bf16": "bfloat16"}
 # Dense matmul peak: per backend and dtype, warm-up calls, then timed calls until at least
 # PEAK_MIN_CALLS and PEAK_SECONDS have passed (at most PEAK_MAX_CALLS); the best call counts.
 PEAK_WARMUP_CALLS = 2
@@ -274,20 +282,22 @@ def run_peak(spec: Mapping) -> dict:
 
 
 def run_ours(spec: Mapping) -> dict:
-    """Our TF2 trainer (`spec["use_xla"]`: with XLA): timed train steps and eval, in this
-    process."""
+    """Our TF2 trainer (`spec["use_xla"]`: with XLA; `spec["mixed_precision"]`: "bf16" or
+    "none"): timed train steps and eval, in this process."""
     import tensorflow as tf
 
     from reference.bert_config import load_bert_config
     from reference.input_pipeline import EXAMPLE_WEIGHT
-    from reference.trainer import Trainer
+    from reference.trainer import Trainer, set_mixed_precision
 
     config = load_bert_config(spec["bert_config_file"])
     train, evals = _data(spec, config.vocab_size)
     tf.random.set_seed(SEED)
+    mixed_precision = spec.get("mixed_precision", "none")
+    set_mixed_precision(mixed_precision)
     strategy = tf.distribute.get_strategy()
     trainer = Trainer(strategy, config, REFERENCE_OPTIMIZER, spec["batch_size"],
-                      use_xla=bool(spec.get("use_xla")))
+                      use_xla=bool(spec.get("use_xla")), mixed_precision=mixed_precision)
     trainer.initialize_weights(SEED)
 
     stacked = {k: tf.constant([b[k] for b in train]) for k in train[0]}
@@ -321,6 +331,11 @@ def run_ours(spec: Mapping) -> dict:
 def run_ours_xla(spec: Mapping) -> dict:
     """`run_ours` with XLA."""
     return run_ours({**spec, "use_xla": True})
+
+
+def run_ours_bf16(spec: Mapping) -> dict:
+    """`run_ours` in bfloat16 mixed precision."""
+    return run_ours({**spec, "mixed_precision": "bf16"})
 
 
 def run_reference(spec: Mapping) -> dict:
@@ -403,7 +418,7 @@ def run_reference(spec: Mapping) -> dict:
 
 
 WORKERS = {"peak": run_peak, "reference": run_reference, "ours": run_ours,
-           "ours+xla": run_ours_xla}
+           "ours+xla": run_ours_xla, "ours+bf16": run_ours_bf16}
 
 
 def run_side(side: str, spec: Mapping) -> dict:
@@ -524,13 +539,13 @@ def format_peak(peak: Mapping) -> list[str]:
         f"bfloat16 {bf16['gflops']:.1f} GFLOP/s{note}",
         f"  - {peak['matmul_size']} x {peak['matmul_size']} products (2 n^3 FLOPs each), the "
         f"best call of {peak['runs']} measurement(s) (before and after the sides) per backend: "
-        f"float32 {each(fp32)}; bfloat16 {each(bf16)}. Every side trains in float32, so the "
-        "float32 peak is the denominator",
+        f"float32 {each(fp32)}; bfloat16 {each(bf16)}. ours+bf16 computes in bfloat16 and is "
+        "measured against the bfloat16 peak, the other sides against the float32 peak",
     ]
 
 
-def format_shape(spec: Mapping, results: Mapping[str, dict], peak_gflops: float) -> list[str]:
-    """One shape's section: its sizes and FLOPs, then a row per side."""
+def format_shape(spec: Mapping, results: Mapping[str, dict], peak: Mapping) -> list[str]:
+    """One shape's section: its sizes and FLOPs, then a row per side (`peak`: `best_peak`)."""
     cfg = spec["bert_config"]
     flops = step_flops(cfg, spec["seq_length"], spec["max_predictions"], spec["batch_size"])
     fwd = step_flops(cfg, spec["seq_length"], spec["max_predictions"], 1, training=False)
@@ -554,7 +569,8 @@ def format_shape(spec: Mapping, results: Mapping[str, dict], peak_gflops: float)
         "train cores | peak RSS |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    summaries = {side: summarize(result, spec, peak_gflops) for side, result in results.items()}
+    summaries = {side: summarize(result, spec, peak[SIDE_DTYPES[side]]["gflops"])
+                 for side, result in results.items()}
     ref = summaries.get("reference")
     for side, s in summaries.items():
         result = results[side]
@@ -589,16 +605,17 @@ def format_report(shapes: list[dict], results: Mapping[str, Mapping[str, dict]],
         lines.append(f"- bench wall time: {wall_s / 60:.1f} min")
     lines += format_peak(peak)
     lines += [
-        "- all sides: float32, LAMB with the reference's default flags, synthetic batches "
+        "- all sides: float32 (ours+bf16: bfloat16 mixed precision, not the reference's "
+        "arithmetic), LAMB with the reference's default flags, synthetic batches "
         f"(seed {SEED}), each side in its own process; speed-ups are reference time / our time; "
-        "MFU = `step_flops` per second / the float32 peak; warm-up s: the 2 untimed steps "
+        "MFU = `step_flops` per second / the peak of the side's compute type; warm-up s: the 2 untimed steps "
         "(tracing, compilation); train cores: CPU seconds per second of the side's process "
         f"during the timed steps (below {os.cpu_count()}: threads idle or, on a shared "
         "machine, CPU taken by other processes); peak RSS: the side's process",
         "",
     ]
     for spec in shapes:
-        lines += format_shape(spec, results[spec["name"]], peak["float32"]["gflops"])
+        lines += format_shape(spec, results[spec["name"]], peak)
     return "\n".join(lines)
 
 

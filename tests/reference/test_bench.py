@@ -113,7 +113,8 @@ def test_report_has_every_column_and_the_right_ratios():
     peak = _peak(142_080e-9, 71_040e-9)
     results = {"hand": {"reference": _side(2.0, 4.0, 2_621_440),
                         "ours": _side(1.0, 2.0, 1536),
-                        "ours+xla": _side(0.5, 1.0, 1_048_576, warmup_s=30.0, cores=1.25)}}
+                        "ours+xla": _side(0.5, 1.0, 1_048_576, warmup_s=30.0, cores=1.25),
+                        "ours+bf16": _side(0.5, 1.0, 1024)}}
     report = bench.format_report([_spec()], results, peak, "today", (0.5, 1.5), 90.0)
     assert "load average (1 min) before / after: 0.50 / 1.50" in report
     assert "bench wall time: 1.5 min" in report
@@ -129,6 +130,9 @@ def test_report_has_every_column_and_the_right_ratios():
                              "2.00", "2 MiB"]
     assert table["ours+xla"] == ["20", "40", "4.00x", "100.0%", "100.0", "4.00x", "83.3%",
                                  "30.0", "1.25", "1.00 GiB"]
+    # bfloat16 compute: MFU against the bfloat16 peak (half the float32 one here).
+    assert table["ours+bf16"] == ["20", "40", "4.00x", "200.0%", "100.0", "4.00x", "166.7%",
+                                  "1.5", "2.00", "1 MiB"]
 
 
 def test_report_without_the_reference_has_no_speed_ups():
@@ -192,9 +196,9 @@ def _plan(*args: str) -> dict:
     return bench.make_plan(bench.parse_args(list(args)))
 
 
-def test_default_plan_is_demo_and_bert_base_on_three_sides(tmp_path):
+def test_default_plan_is_demo_and_bert_base_on_four_sides(tmp_path):
     plan = _plan(f"--reference_dir={_fake_reference(tmp_path)}")
-    assert plan["sides"] == ["reference", "ours", "ours+xla"]
+    assert plan["sides"] == ["reference", "ours", "ours+xla", "ours+bf16"]
     demo, base = plan["shapes"]
     assert (demo["name"], base["name"]) == ("demo", "bert-base")
     assert demo["bert_config"] == json.loads(bench.DEFAULT_CONFIG.read_text())
@@ -211,7 +215,7 @@ def test_size_flags_replace_every_shape_and_a_config_file_is_the_custom_shape(ti
     plan = _plan("--ours_only", "--shapes=demo,bert-base", "--steps=3", "--batch_size=4")
     assert [(s["steps"], s["batch_size"], s["eval_batch_size"]) for s in plan["shapes"]] == \
         [(3, 4, 4), (3, 4, 4)]
-    assert plan["sides"] == ["ours", "ours+xla"]
+    assert plan["sides"] == ["ours", "ours+xla", "ours+bf16"]
     plan = _plan("--ours_only", f"--bert_config_file={tiny_config}", "--seq_length=32",
                  "--max_predictions=5", "--eval_batch_size=2", "--sides=ours")
     (spec,) = plan["shapes"]
@@ -297,20 +301,21 @@ def test_peak_worker_times_both_dtypes_and_backends():
             assert timing["best"] >= timing["median"] > 0
 
 
-def test_our_side_on_a_tiny_config(tiny_config):
-    plan = _plan(f"--bert_config_file={tiny_config}", "--ours_only", "--sides=ours",
+@pytest.mark.parametrize("side", ["ours", "ours+bf16"])
+def test_our_side_on_a_tiny_config(tiny_config, side):
+    plan = _plan(f"--bert_config_file={tiny_config}", "--ours_only", f"--sides={side}",
                  "--batch_size=4", "--seq_length=32", "--max_predictions=5", "--steps=2",
                  "--eval_examples=10")
     (spec,) = plan["shapes"]
-    result = bench.run_side("ours", spec)  # a process of its own, as in the bench
+    result = bench.run_side(side, spec)  # a process of its own, as in the bench
     assert result["train_s"] > 0 and result["eval_s"] > 0 and result["warmup_s"] > 0
     assert result["train_cpu_s"] > 0
     assert result["loss"] > 0 and 0 <= result["masked_lm_accuracy"] <= 1
-    report = bench.format_report(plan["shapes"], {"custom": {"ours": result}},
+    report = bench.format_report(plan["shapes"], {"custom": {side: result}},
                                  _peak(50.0, 10.0), "today")
     assert "batch 4, sequence 32, 5 predictions" in report
     assert "eval: 12 records in batches of 4" in report
-    _check_our_rows(report, "custom", ["ours"])
+    _check_our_rows(report, "custom", [side])
 
 
 @pytest.mark.slow
@@ -322,4 +327,4 @@ def test_the_bench_on_the_demo_shape(tmp_path):
     assert "reference/presets/demo_bert_config.json (layers 2, hidden 128" in report
     peak = re.search(r"float32 ([\d.]+) GFLOP/s; bfloat16 ([\d.]+) GFLOP/s", report)
     assert peak and float(peak[1]) > 1 and float(peak[2]) > 0
-    _check_our_rows(report, "demo", ["ours", "ours+xla"])
+    _check_our_rows(report, "demo", ["ours", "ours+xla", "ours+bf16"])
