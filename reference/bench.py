@@ -112,10 +112,10 @@ SHAPES = {
     "custom": (None, DEMO_SIZES),
 }
 DEFAULT_SHAPES = "demo,bert-base"
-SIDE_NAMES = ("reference", "ours", "ours+xla", "ours+bf16")
 # Each side's compute type: its MFU is against the matmul peak of that type.
 SIDE_DTYPES = {"reference": "float32", "ours": "float32", "ours+xla": "float32",
                "ours+bf16": "bfloat16"}
+SIDE_NAMES = tuple(SIDE_DTYPES)
 # Dense matmul peak: per backend and dtype, warm-up calls, then timed calls until at least
 # PEAK_MIN_CALLS and PEAK_SECONDS have passed (at most PEAK_MAX_CALLS); the best call counts.
 PEAK_WARMUP_CALLS = 2
@@ -608,8 +608,8 @@ def format_report(shapes: list[dict], results: Mapping[str, Mapping[str, dict]],
         "- all sides: float32 (ours+bf16: bfloat16 mixed precision, not the reference's "
         "arithmetic), LAMB with the reference's default flags, synthetic batches "
         f"(seed {SEED}), each side in its own process; speed-ups are reference time / our time; "
-        "MFU = `step_flops` per second / the peak of the side's compute type; warm-up s: the 2 untimed steps "
-        "(tracing, compilation); train cores: CPU seconds per second of the side's process "
+        "MFU = `step_flops` per second / the peak of the side's compute type; warm-up s: the 2 "
+        "untimed steps (tracing, compilation); train cores: CPU seconds per second of the side's process "
         f"during the timed steps (below {os.cpu_count()}: threads idle or, on a shared "
         "machine, CPU taken by other processes); peak RSS: the side's process",
         "",

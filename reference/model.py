@@ -219,7 +219,7 @@ class HeadsMerge(tf_keras.layers.Layer):
 
 
 class SequenceDense(tf_keras.layers.Layer):
-    """Dense layer on [B, S, C] with a [C, units] kernel (one 2-D product), bias, then activation."""
+    """Dense layer on [B, S, C] with a [C, units] kernel (one 2-D product), bias, activation."""
 
     def __init__(self, units: int, initializer, activation=None, **kwargs):
         super().__init__(**kwargs)
