@@ -13,10 +13,16 @@ Evaluation metrics (accumulated over all eval batches, then divided; `EvalMetric
 
 Cross-entropies are -sum(one_hot(label) * log_softmax(logits)) and predictions are the argmax of
 the log-probabilities, the MLCommons reference's operations.
+
+The masked-LM head's logits (hidden @ table^T + bias, one row of `vocab` floats per prediction:
+32 x 76 x 30,522 floats are 297 MB) are never formed whole here. The losses and metrics take the
+head's inputs (model outputs "masked_lm_hidden", "masked_lm_output_weights",
+"masked_lm_output_bias") and form the logits a block of at most `MASKED_LM_BLOCK_ROWS` rows at a
+time; the training loss computes its gradients in the same pass (`masked_lm_loss`).
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -25,74 +31,155 @@ import tensorflow as tf
 # denominator.
 MASKED_LM_DENOMINATOR_EPSILON = 1e-5
 
+# Most prediction rows whose [rows, vocab] logits are held at once (304 rows of 30,522 float32
+# logits: 37 MB per tensor). One block when the batch has no more rows than this.
+MASKED_LM_BLOCK_ROWS = 512
 
-def _masked_lm_log_probs(logits: tf.Tensor) -> tf.Tensor:
-    vocab_size = logits.shape[-1]
-    return tf.nn.log_softmax(tf.reshape(logits, [-1, vocab_size]), axis=-1)
+
+def block_count(rows: int, max_rows: int) -> int:
+    """The fewest equal blocks of at most `max_rows` rows that `rows` splits into (a divisor of
+    `rows`; `rows` itself when only single rows divide it that finely)."""
+    for count in range(-(-rows // max_rows), rows + 1):
+        if rows % count == 0:
+            return count
+    return 1  # rows == 0
 
 
-def masked_lm_example_loss(logits: tf.Tensor, label_ids: tf.Tensor) -> tf.Tensor:
-    """Cross-entropy of each masked-LM prediction.
+def _map_row_blocks(fn: Callable, rows: Sequence[tf.Tensor], sums: Sequence[tf.Tensor],
+                    output_dtypes: Sequence[tf.DType]):
+    """Applies `fn` to equal row blocks of `rows`, one block at a time.
 
     Args:
-      logits: [B, P, vocab] float32 (model output "masked_lm_logits").
-      label_ids: [B, P] int (feature "masked_lm_ids").
+      fn: (row blocks, sums so far) -> (per-row outputs of the block, new sums).
+      rows: tensors with the same static number of leading rows.
+      sums: initial values of running sums carried across blocks (may be empty).
+      output_dtypes: the dtype of each per-row output of `fn`.
 
     Returns:
-      [B * P] float32, in nats.
+      (per-row outputs over all rows in order, the final sums).
     """
-    return _label_cross_entropy(_masked_lm_log_probs(logits), label_ids)
+    count = block_count(rows[0].shape[0], MASKED_LM_BLOCK_ROWS)
+    if count == 1:
+        return fn(list(rows), list(sums))
+    size = rows[0].shape[0] // count
+
+    def body(i, arrays, sums):
+        block = [tf.slice(r, [i * size] + [0] * (r.shape.rank - 1),
+                          [size] + r.shape.as_list()[1:]) for r in rows]
+        outputs, sums = fn(block, sums)
+        return i + 1, [a.write(i, o) for a, o in zip(arrays, outputs)], sums
+
+    arrays = [tf.TensorArray(dtype, size=count) for dtype in output_dtypes]
+    # One block at a time: overlapping iterations would each hold a block's logits.
+    _, arrays, sums = tf.while_loop(lambda i, *_: i < count, body, (0, arrays, list(sums)),
+                                    parallel_iterations=1)
+    outputs = [tf.reshape(a.stack(), [-1] + a.element_shape.as_list()[1:]) for a in arrays]
+    return outputs, sums
+
+
+def _head_logits(hidden: tf.Tensor, table: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
+    """float32 [rows, vocab] logits of rows [rows, H]: hidden @ table^T + bias in the inputs'
+    dtype (the reference's product and bias_add), cast to float32."""
+    return tf.cast(tf.nn.bias_add(tf.matmul(hidden, table, transpose_b=True), bias), tf.float32)
 
 
 def _label_cross_entropy(log_probs: tf.Tensor, label_ids: tf.Tensor) -> tf.Tensor:
-    """-log_probs[i, label_i] for each row i of [N, vocab] log-probabilities: the reference's
-    -sum(one_hot(label) * log_probs) without the [N, vocab] one-hot and product (the other
-    terms of that sum are exact zeros, so the values and gradients are the same)."""
-    ids = tf.reshape(tf.cast(label_ids, tf.int32), [-1, 1])
-    return -tf.gather(log_probs, ids, batch_dims=1)[:, 0]
+    """-log_probs[i, label_i] for each row i of [N, vocab] log-probabilities and [N] int32 ids:
+    the reference's -sum(one_hot(label) * log_probs) without the [N, vocab] one-hot and product
+    (the other terms of that sum are exact zeros, so the values and gradients are the same)."""
+    return -tf.gather(log_probs, label_ids[:, tf.newaxis], batch_dims=1)[:, 0]
 
 
-@tf.custom_gradient
-def _lean_cross_entropy(logits: tf.Tensor, label_ids: tf.Tensor):
-    """`_label_cross_entropy(log_softmax(logits), label_ids)` for [N, vocab] logits and [N]
-    int32 ids, with a gradient that keeps one [N, vocab] tensor (the log-probabilities) and
-    writes d logits into one more, bit for bit what TensorFlow's own gradients of the
-    reference's one-hot cross-entropy give: for d log_probs = g at the label and 0 elsewhere,
-    LogSoftmax's gradient d log_probs - sum(d log_probs) * exp(log_probs) is
-    -(g * softmax) everywhere plus g at the label."""
-    log_probs = tf.nn.log_softmax(logits, axis=-1)
-    ce = _label_cross_entropy(log_probs, label_ids)
-
-    def grad(d_ce):
-        g = -d_ce  # d loss / d log_probs at each row's label
-        d_logits = tf.exp(log_probs) * (-g)[:, tf.newaxis]
-        rows = tf.range(tf.shape(label_ids)[0], dtype=label_ids.dtype)
-        return tf.tensor_scatter_nd_add(d_logits, tf.stack([rows, label_ids], axis=1), g), None
-
-    return ce, grad
+def _flat(tensor: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+    return tf.reshape(tf.cast(tensor, dtype), [-1])
 
 
-def masked_lm_loss(logits: tf.Tensor, label_ids: tf.Tensor, label_weights: tf.Tensor) -> tf.Tensor:
-    """The training masked-LM loss: sum(w * ce) / (sum(w) + 1e-5), a float32 scalar (nats).
+def masked_lm_loss(hidden: tf.Tensor, table: tf.Tensor, bias: tf.Tensor, label_ids: tf.Tensor,
+                   label_weights: tf.Tensor, gradient_scale: tf.Tensor | float = 1.0
+                   ) -> tf.Tensor:
+    """The training masked-LM loss sum(w * ce) / (sum(w) + 1e-5), a float32 scalar (nats), of the
+    logits hidden @ table^T + bias.
 
-    Args: logits [B, P, vocab]; label_ids [B, P] int; label_weights [B, P] float (1 real, 0 pad).
+    Args:
+      hidden: [N, H] the head's rows, N = B * P (model output "masked_lm_hidden").
+      table: [vocab, H] output weights (the word-embedding table); bias: [vocab]; both in
+        hidden's dtype (outputs "masked_lm_output_weights", "masked_lm_output_bias").
+      label_ids: [B, P] int (feature "masked_lm_ids"); label_weights: [B, P] float (1 real,
+        0 padding).
+      gradient_scale: what the caller multiplies the loss by before differentiating (the fp16
+        loss scale; 1 otherwise). The gradients are formed at that scale in hidden's dtype, so
+        float16 gradients do not underflow.
+
+    The gradients for hidden, table and bias are computed with the loss, one block of rows at a
+    time (the loss is a scalar: the gradient for an upstream value d is d / gradient_scale times
+    them). They are TensorFlow's own gradients of the reference's one-hot cross-entropy: for
+    d ce = g, LogSoftmax's gradient is g * softmax less g at the label, then BiasAdd's and
+    MatMul's gradients. Only one block's [rows, vocab] tensors exist at a time.
     """
-    weights = tf.reshape(tf.cast(label_weights, tf.float32), [-1])
-    per_example = _lean_cross_entropy(tf.reshape(logits, [-1, logits.shape[-1]]),
-                                      tf.reshape(tf.cast(label_ids, tf.int32), [-1]))
-    numerator = tf.reduce_sum(weights * per_example)
+    ids = _flat(label_ids, tf.int32)
+    weights = _flat(label_weights, tf.float32)
     denominator = tf.reduce_sum(weights) + MASKED_LM_DENOMINATOR_EPSILON
-    return numerator / denominator
+    scale = tf.cast(gradient_scale, tf.float32)
+    d_ce = (scale / denominator) * weights  # d (scale * loss) / d ce
+
+    def block(rows, sums):
+        hidden_rows, ids_rows, d_ce_rows = rows
+        d_table, d_bias = sums
+        log_probs = tf.nn.log_softmax(_head_logits(hidden_rows, table, bias), axis=-1)
+        ce = _label_cross_entropy(log_probs, ids_rows)
+        d_logits = tf.exp(log_probs) * d_ce_rows[:, tf.newaxis]
+        at_label = tf.stack([tf.range(tf.shape(ids_rows)[0]), ids_rows], axis=1)
+        d_logits = tf.cast(tf.tensor_scatter_nd_add(d_logits, at_label, -d_ce_rows),
+                           hidden.dtype)
+        d_hidden = tf.matmul(d_logits, table)
+        d_table += tf.matmul(d_logits, hidden_rows, transpose_a=True)
+        d_bias += tf.raw_ops.BiasAddGrad(out_backprop=d_logits)
+        return [ce, d_hidden], [d_table, d_bias]
+
+    @tf.custom_gradient
+    def loss_of(hidden, table, bias):
+        (ce, d_hidden), (d_table, d_bias) = _map_row_blocks(
+            block, [hidden, ids, d_ce], [tf.zeros_like(table), tf.zeros_like(bias)],
+            [tf.float32, hidden.dtype])
+        loss = tf.reduce_sum(weights * ce) / denominator
+
+        def grad(d_loss):
+            factor = tf.cast(d_loss / scale, hidden.dtype)
+            return d_hidden * factor, d_table * factor, d_bias * factor
+
+        return loss, grad
+
+    return loss_of(hidden, table, bias)
+
+
+def masked_lm_predictions(hidden: tf.Tensor, table: tf.Tensor, bias: tf.Tensor,
+                          label_ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Each masked-LM prediction's cross-entropy and predicted id, block by block.
+
+    Args: hidden [N, H], table [vocab, H], bias [vocab] as for `masked_lm_loss`; label_ids
+      [B, P] int with B * P = N.
+    Returns: ([N] float32 cross-entropies in nats, [N] int32 argmax of the log-probabilities).
+    """
+    def block(rows, _):
+        hidden_rows, ids_rows = rows
+        log_probs = tf.nn.log_softmax(_head_logits(hidden_rows, table, bias), axis=-1)
+        predicted = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+        return [_label_cross_entropy(log_probs, ids_rows), predicted], []
+
+    (ce, predicted), _ = _map_row_blocks(block, [hidden, _flat(label_ids, tf.int32)], [],
+                                         [tf.float32, tf.int32])
+    return ce, predicted
 
 
 def next_sentence_example_loss(logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
     """Cross-entropy of each next-sentence prediction.
 
-    Args: logits [B, 2] float32; labels [B, 1] or [B] int (0 = next sentence, 1 = random).
+    Args: logits [B, 2] float (cast to float32); labels [B, 1] or [B] int (0 = next sentence,
+      1 = random).
     Returns: [B] float32, in nats.
     """
-    log_probs = tf.nn.log_softmax(logits, axis=-1)
-    one_hot = tf.one_hot(tf.reshape(tf.cast(labels, tf.int32), [-1]), depth=2, dtype=tf.float32)
+    log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
+    one_hot = tf.one_hot(_flat(labels, tf.int32), depth=2, dtype=tf.float32)
     return -tf.reduce_sum(one_hot * log_probs, axis=-1)
 
 
@@ -101,20 +188,28 @@ def next_sentence_loss(logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
     return tf.reduce_mean(next_sentence_example_loss(logits, labels))
 
 
-def pretraining_losses(outputs: Mapping[str, tf.Tensor],
-                       features: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+def _head(outputs: Mapping[str, tf.Tensor]) -> list[tf.Tensor]:
+    return [outputs[key] for key in ("masked_lm_hidden", "masked_lm_output_weights",
+                                     "masked_lm_output_bias")]
+
+
+def pretraining_losses(outputs: Mapping[str, tf.Tensor], features: Mapping[str, tf.Tensor],
+                       gradient_scale: tf.Tensor | float = 1.0) -> dict[str, tf.Tensor]:
     """The MLCommons reference's training losses for one batch.
 
     Args:
-      outputs: the model's outputs ("masked_lm_logits", "next_sentence_logits").
+      outputs: the model's outputs ("masked_lm_hidden", "masked_lm_output_weights",
+        "masked_lm_output_bias", "next_sentence_logits").
       features: the batch ("masked_lm_ids", "masked_lm_weights", "next_sentence_labels").
+      gradient_scale: the factor the caller scales total_loss by before differentiating (the
+        fp16 loss scale), see `masked_lm_loss`.
 
     Returns:
       {"total_loss", "masked_lm_loss", "next_sentence_loss"}: float32 scalars; the optimizer
       minimises total_loss.
     """
-    mlm = masked_lm_loss(outputs["masked_lm_logits"], features["masked_lm_ids"],
-                         features["masked_lm_weights"])
+    mlm = masked_lm_loss(*_head(outputs), features["masked_lm_ids"],
+                         features["masked_lm_weights"], gradient_scale)
     nsp = next_sentence_loss(outputs["next_sentence_logits"], features["next_sentence_labels"])
     return {"total_loss": mlm + nsp, "masked_lm_loss": mlm, "next_sentence_loss": nsp}
 
@@ -133,15 +228,13 @@ def metric_sums(outputs: Mapping[str, tf.Tensor],
     masked_lm_weight (sum of w), masked_lm_loss_sum (sum of w * ce), next_sentence_correct,
     next_sentence_count (examples), next_sentence_loss_sum (sum of ce).
     """
-    mlm_log_probs = _masked_lm_log_probs(outputs["masked_lm_logits"])
-    mlm_pred = tf.argmax(mlm_log_probs, axis=-1, output_type=tf.int32)
-    mlm_ids = tf.reshape(tf.cast(features["masked_lm_ids"], tf.int32), [-1])
-    weights = tf.reshape(tf.cast(features["masked_lm_weights"], tf.float32), [-1])
-    mlm_ce = _label_cross_entropy(mlm_log_probs, features["masked_lm_ids"])
+    mlm_ce, mlm_pred = masked_lm_predictions(*_head(outputs), features["masked_lm_ids"])
+    mlm_ids = _flat(features["masked_lm_ids"], tf.int32)
+    weights = _flat(features["masked_lm_weights"], tf.float32)
 
-    nsp_logits = outputs["next_sentence_logits"]
+    nsp_logits = tf.cast(outputs["next_sentence_logits"], tf.float32)
     nsp_pred = tf.argmax(tf.nn.log_softmax(nsp_logits, axis=-1), axis=-1, output_type=tf.int32)
-    nsp_labels = tf.reshape(tf.cast(features["next_sentence_labels"], tf.int32), [-1])
+    nsp_labels = _flat(features["next_sentence_labels"], tf.int32)
     nsp_ce = next_sentence_example_loss(nsp_logits, features["next_sentence_labels"])
     nsp_correct = tf.cast(tf.equal(nsp_pred, nsp_labels), tf.float32)
     if example_weights is None:

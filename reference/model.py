@@ -339,7 +339,9 @@ class TiedMaskedLM(nlp_layers.MaskedLM):
 
     The table is looked up when the head is built, so the head can be created before the
     embedding layer has its weights. Call: (sequence_output [B, S, hidden], positions [B, P])
-    -> logits [B, P, vocab].
+    -> (rows [B * P, hidden] after the transform dense, activation and LayerNorm, the output
+    weights [vocab, hidden] (the table), the output bias [vocab]), all in the compute dtype;
+    `masked_lm_logits` turns them into logits.
     """
 
     def __init__(self, embedding_layer: nlp_layers.OnDeviceEmbedding, **kwargs):
@@ -349,6 +351,20 @@ class TiedMaskedLM(nlp_layers.MaskedLM):
     def build(self, input_shape):
         self.embedding_table = self._embedding_layer.embeddings
         super().build(input_shape)
+
+    def call(self, sequence_data, masked_positions):
+        rows = self.layer_norm(self.dense(self._gather_indexes(sequence_data, masked_positions)))
+        # Inside a layer's call the variables read in the compute dtype (mixed precision).
+        return (rows, tf.convert_to_tensor(self.embedding_table),
+                tf.convert_to_tensor(self.bias))
+
+
+def masked_lm_logits(rows: tf.Tensor, table: tf.Tensor, bias: tf.Tensor,
+                     positions: tf.Tensor) -> tf.Tensor:
+    """[B, P, vocab] logits rows @ table^T + bias of the head's outputs (`TiedMaskedLM`), for
+    positions [B, P]."""
+    logits = tf.nn.bias_add(tf.matmul(rows, table, transpose_b=True), bias)
+    return tf.reshape(logits, _batch_dims(positions) + [table.shape[0]])
 
 
 class BertPretrainingModel(tf_keras.Model):
@@ -360,7 +376,12 @@ class BertPretrainingModel(tf_keras.Model):
         masked_lm_ids [B, P]; next_sentence_labels [B, 1]; float masked_lm_weights [B, P]. Only
         the first four are read here (labels are for `reference.losses`).
       outputs: dict with "masked_lm_logits" [B, P, vocab], "next_sentence_logits" [B, 2],
-        "sequence_output" [B, S, hidden], "pooled_output" [B, hidden] (float32).
+        "sequence_output" [B, S, hidden], "pooled_output" [B, hidden], and the masked-LM head's
+        inputs to its logits, from which `reference.losses` forms the logits a block at a time:
+        "masked_lm_hidden" [B * P, hidden], "masked_lm_output_weights" [vocab, hidden] (the
+        word-embedding table), "masked_lm_output_bias" [vocab]. In the compute dtype (float32
+        unless mixed precision). Inside a tf.function the whole logits are computed only where
+        "masked_lm_logits" is used.
     Dropout is active only when called with training=True.
 
     recompute_layers: with training=True, keep only each transformer layer's input for the
@@ -391,8 +412,12 @@ class BertPretrainingModel(tf_keras.Model):
         positions = tf.cast(features["masked_lm_positions"], tf.int32)
         sequence_output, pooled_output = self.bert(input_ids, input_mask, segment_ids,
                                                    training=training)
+        rows, table, bias = self.masked_lm(sequence_output, masked_positions=positions)
         return {
-            "masked_lm_logits": self.masked_lm(sequence_output, masked_positions=positions),
+            "masked_lm_logits": masked_lm_logits(rows, table, bias, positions),
+            "masked_lm_hidden": rows,
+            "masked_lm_output_weights": table,
+            "masked_lm_output_bias": bias,
             "next_sentence_logits": self.next_sentence(pooled_output),
             "sequence_output": sequence_output,
             "pooled_output": pooled_output,

@@ -198,11 +198,6 @@ def use_keyed_dropout(model: tf_keras.Model, keys: DropoutKeys) -> int:
     return len(layers)
 
 
-def _float32_outputs(outputs: dict) -> dict:
-    return {key: tf.cast(outputs[key], tf.float32)
-            for key in ("masked_lm_logits", "next_sentence_logits")}
-
-
 class Trainer:
     """Model, optimizer, step counters and the compiled steps for one strategy.
 
@@ -352,11 +347,9 @@ class Trainer:
 
     def _micro_gradients(self, features, dropout_key):
         with tf.GradientTape() as tape, self._dropout_keys.using(dropout_key):
-            outputs = _float32_outputs(self.model(features, training=True))
-            losses = pretraining_losses(outputs, features)
-            loss = losses["total_loss"]
-            if self.mixed_precision == "fp16":
-                loss = loss * self.loss_scale
+            scale = self.loss_scale if self.mixed_precision == "fp16" else 1.0
+            losses = pretraining_losses(self.model(features, training=True), features, scale)
+            loss = losses["total_loss"] * scale
         with self._dropout_keys.using(dropout_key):  # recompute_layers: layers run again here
             grads = tape.gradient(loss, self._variables)
         grads = [tf.zeros_like(v) if g is None else densify(g)
@@ -493,8 +486,8 @@ class Trainer:
     # ------------------------------------------------------------------ evaluation
     def _eval_sums_fn(self, batch):
         """The metric sums (EvalMetrics.KEYS order) of one eval batch on this replica."""
-        outputs = _float32_outputs(self.model(batch, training=False))
-        sums = metric_sums(outputs, batch, example_weights=batch[EXAMPLE_WEIGHT])
+        sums = metric_sums(self.model(batch, training=False), batch,
+                           example_weights=batch[EXAMPLE_WEIGHT])
         return tf.stack([sums[key] for key in EvalMetrics.KEYS])
 
     def _eval_steps_fn(self, iterator, num_steps):

@@ -1,4 +1,5 @@
-"""The reference's loss and metric definitions on hand-made logits."""
+"""The reference's loss and metric definitions on hand-made logits (the masked-LM head's rows are
+the logits themselves: an identity output table and a zero bias)."""
 from __future__ import annotations
 
 import math
@@ -7,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from reference import losses
 from reference.losses import (EvalMetrics, masked_lm_loss, metric_sums, next_sentence_loss,
                               pretraining_losses)
 
@@ -22,17 +24,24 @@ def batch():
         "next_sentence_labels": tf.constant([[0], [1]]),
     }
     nsp_logits = tf.constant(np.log([[0.8, 0.2], [0.6, 0.4]]), tf.float32)
-    return {"masked_lm_logits": logits, "next_sentence_logits": nsp_logits}, features
+    return head_outputs(tf.reshape(logits, [-1, 4]), nsp_logits), features
+
+
+def head_outputs(logits, nsp_logits):
+    """Model outputs whose masked-LM logits are `logits` [N, vocab]."""
+    vocab = logits.shape[-1]
+    return {"masked_lm_hidden": logits, "masked_lm_output_weights": tf.eye(vocab),
+            "masked_lm_output_bias": tf.zeros([vocab]), "next_sentence_logits": nsp_logits}
 
 
 def test_masked_lm_loss_uses_weights_and_the_epsilon_denominator():
     outputs, features = batch()
     ce = [-math.log(0.7), -math.log(0.2), -math.log(0.25), -math.log(0.7)]
-    loss = masked_lm_loss(outputs["masked_lm_logits"], features["masked_lm_ids"],
-                          features["masked_lm_weights"])
+    head = [outputs[k] for k in ("masked_lm_hidden", "masked_lm_output_weights",
+                                 "masked_lm_output_bias")]
+    loss = masked_lm_loss(*head, features["masked_lm_ids"], features["masked_lm_weights"])
     assert float(loss) == pytest.approx(sum(ce) / (4 + 1e-5), rel=1e-6)
-    zero = masked_lm_loss(outputs["masked_lm_logits"], features["masked_lm_ids"],
-                          tf.zeros([2, 3]))
+    zero = masked_lm_loss(*head, features["masked_lm_ids"], tf.zeros([2, 3]))
     assert float(zero) == 0.0  # no predictions: 0 / 1e-5, not NaN
 
 
@@ -61,10 +70,76 @@ def test_metrics_are_weighted_and_accumulate_over_batches():
 
     split = EvalMetrics()
     for i in range(2):
-        part_out = {k: v[i:i + 1] for k, v in outputs.items()}
+        part_out = head_outputs(outputs["masked_lm_hidden"][3 * i:3 * i + 3],
+                                outputs["next_sentence_logits"][i:i + 1])
         part_feat = {k: v[i:i + 1] for k, v in features.items()}
         split.update(metric_sums(part_out, part_feat))
     for key, value in split.result().items():
         assert value == pytest.approx(result[key], rel=1e-7)
     split.reset()
     assert math.isnan(split.result()["masked_lm_accuracy"])
+
+
+@pytest.mark.parametrize("rows,max_rows,count", [(2432, 512, 8), (608, 512, 2), (608, 1024, 1),
+                                                 (7, 512, 1), (13, 4, 13), (24, 5, 6)])
+def test_block_count_splits_rows_into_the_fewest_equal_blocks(rows, max_rows, count):
+    assert losses.block_count(rows, max_rows) == count
+
+
+def _one_hot_loss(hidden, table, bias, ids, weights):
+    """The reference's masked-LM loss from whole logits and a one-hot product."""
+    log_probs = tf.nn.log_softmax(tf.matmul(hidden, table, transpose_b=True) + bias, axis=-1)
+    one_hot = tf.one_hot(tf.reshape(ids, [-1]), table.shape[0], dtype=tf.float32)
+    ce = -tf.reduce_sum(one_hot * log_probs, axis=-1)
+    w = tf.reshape(weights, [-1])
+    return tf.reduce_sum(w * ce) / (tf.reduce_sum(w) + 1e-5), log_probs
+
+
+@pytest.mark.parametrize("block_rows", [512, 5])
+@pytest.mark.parametrize("compile_mode", ["eager", "function", "xla"])
+def test_blocked_head_matches_whole_logits_loss_gradients_and_predictions(
+        monkeypatch, block_rows, compile_mode):
+    monkeypatch.setattr(losses, "MASKED_LM_BLOCK_ROWS", block_rows)
+    rng = np.random.default_rng(3)
+    hidden = tf.constant(rng.normal(size=(24, 8)), tf.float32)
+    table = tf.constant(rng.normal(size=(50, 8)), tf.float32)
+    bias = tf.constant(rng.normal(size=50), tf.float32)
+    ids = tf.constant(rng.integers(0, 50, size=(4, 6)), tf.int32)
+    weights = tf.constant((rng.random((4, 6)) > 0.3).astype(np.float32))
+
+    def ours(scale):
+        with tf.GradientTape() as tape:
+            tape.watch([hidden, table, bias])
+            loss = masked_lm_loss(hidden, table, bias, ids, weights, gradient_scale=scale)
+            scaled = loss * scale
+        ce, predicted = losses.masked_lm_predictions(hidden, table, bias, ids)
+        return loss, tape.gradient(scaled, [hidden, table, bias]), ce, predicted
+
+    if compile_mode != "eager":
+        ours = tf.function(ours, jit_compile=compile_mode == "xla")
+    with tf.GradientTape() as tape:
+        tape.watch([hidden, table, bias])
+        expected, log_probs = _one_hot_loss(hidden, table, bias, ids, weights)
+    expected_grads = tape.gradient(expected, [hidden, table, bias])
+    expected_ce = -tf.gather(log_probs, tf.reshape(ids, [-1, 1]), batch_dims=1)[:, 0]
+
+    for scale in (1.0, 1024.0):
+        loss, grads, ce, predicted = ours(tf.constant(scale))
+        np.testing.assert_allclose(float(loss), float(expected), rtol=1e-6)
+        for got, want in zip(grads, expected_grads):
+            np.testing.assert_allclose(got.numpy() / scale, want.numpy(), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(ce.numpy(), expected_ce.numpy(), rtol=1e-6)
+        np.testing.assert_array_equal(predicted.numpy(), tf.argmax(log_probs, -1).numpy())
+
+
+def test_blocked_loss_is_differentiated_through_an_upstream_factor():
+    """The loss is a scalar: an upstream gradient d gives d times the gradients."""
+    hidden = tf.constant(np.random.default_rng(4).normal(size=(6, 3)), tf.float32)
+    table, bias = tf.eye(3), tf.zeros([3])
+    ids, weights = tf.constant([[0, 1, 2], [2, 1, 0]]), tf.ones([2, 3])
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(hidden)
+        loss = masked_lm_loss(hidden, table, bias, ids, weights)
+        tripled = 3.0 * loss
+    np.testing.assert_allclose(tape.gradient(tripled, hidden).numpy(),
+                               3.0 * tape.gradient(loss, hidden).numpy(), rtol=1e-6)

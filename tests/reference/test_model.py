@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from reference import checkpoint
-from reference.losses import EvalMetrics, metric_sums, masked_lm_example_loss, pretraining_losses
+from reference.losses import EvalMetrics, masked_lm_predictions, metric_sums, pretraining_losses
 from reference.model import BertPretrainingModel, gelu
 
 # Measured agreement is ~1e-7 (losses) and exact (accuracies); these bounds are far tighter
@@ -51,12 +51,16 @@ def test_eval_metrics_match_reference(tf1_model, eval_batch, ref_results):
 
 def test_per_prediction_outputs_match_reference(tf1_model, eval_batch, ref_arrays, tiny_config):
     _, outputs = evaluate(tf1_model, eval_batch)
-    losses = masked_lm_example_loss(outputs["masked_lm_logits"], eval_batch["masked_lm_ids"])
+    losses, predictions = masked_lm_predictions(
+        outputs["masked_lm_hidden"], outputs["masked_lm_output_weights"],
+        outputs["masked_lm_output_bias"], eval_batch["masked_lm_ids"])
     np.testing.assert_allclose(losses.numpy(), ref_arrays["eval/masked_lm_example_loss"],
                                rtol=0, atol=LOSS_TOL)
-    predictions = tf.argmax(tf.reshape(outputs["masked_lm_logits"], [-1, tiny_config.vocab_size]), -1).numpy()
     real = tf.reshape(eval_batch["masked_lm_weights"], [-1]).numpy() > 0
-    np.testing.assert_array_equal(predictions[real], ref_arrays["eval/masked_lm_predictions"][real])
+    expected_predictions = ref_arrays["eval/masked_lm_predictions"][real]
+    np.testing.assert_array_equal(predictions.numpy()[real], expected_predictions)
+    logits = tf.reshape(outputs["masked_lm_logits"], [-1, tiny_config.vocab_size])
+    np.testing.assert_array_equal(tf.argmax(logits, -1).numpy()[real], expected_predictions)
     nsp_log_probs = tf.nn.log_softmax(outputs["next_sentence_logits"]).numpy()
     np.testing.assert_allclose(nsp_log_probs, ref_arrays["eval/next_sentence_log_probs"],
                                rtol=0, atol=LOSS_TOL)
