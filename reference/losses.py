@@ -38,11 +38,11 @@ MASKED_LM_BLOCK_ROWS = 512
 
 def block_count(rows: int, max_rows: int) -> int:
     """The fewest equal blocks of at most `max_rows` rows that `rows` splits into (a divisor of
-    `rows`; `rows` itself when only single rows divide it that finely)."""
-    for count in range(-(-rows // max_rows), rows + 1):
+    `rows`; `rows` itself when only single rows divide it that finely; 1 for no rows)."""
+    for count in range(max(1, -(-rows // max_rows)), rows + 1):
         if rows % count == 0:
             return count
-    return 1  # rows == 0
+    return 1
 
 
 def _map_row_blocks(fn: Callable, rows: Sequence[tf.Tensor], sums: Sequence[tf.Tensor],
@@ -51,17 +51,18 @@ def _map_row_blocks(fn: Callable, rows: Sequence[tf.Tensor], sums: Sequence[tf.T
 
     Args:
       fn: (row blocks, sums so far) -> (per-row outputs of the block, new sums).
-      rows: tensors with the same static number of leading rows.
+      rows: tensors with the same number of leading rows (one block where it is not static).
       sums: initial values of running sums carried across blocks (may be empty).
       output_dtypes: the dtype of each per-row output of `fn`.
 
     Returns:
       (per-row outputs over all rows in order, the final sums).
     """
-    count = block_count(rows[0].shape[0], MASKED_LM_BLOCK_ROWS)
+    num_rows = rows[0].shape[0]
+    count = 1 if num_rows is None else block_count(num_rows, MASKED_LM_BLOCK_ROWS)
     if count == 1:
         return fn(list(rows), list(sums))
-    size = rows[0].shape[0] // count
+    size = num_rows // count
 
     def body(i, arrays, sums):
         block = [tf.slice(r, [i * size] + [0] * (r.shape.rank - 1),

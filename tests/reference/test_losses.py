@@ -81,7 +81,8 @@ def test_metrics_are_weighted_and_accumulate_over_batches():
 
 
 @pytest.mark.parametrize("rows,max_rows,count", [(2432, 512, 8), (608, 512, 2), (608, 1024, 1),
-                                                 (7, 512, 1), (13, 4, 13), (24, 5, 6)])
+                                                 (7, 512, 1), (13, 4, 13), (24, 5, 6),
+                                                 (0, 512, 1)])
 def test_block_count_splits_rows_into_the_fewest_equal_blocks(rows, max_rows, count):
     assert losses.block_count(rows, max_rows) == count
 
@@ -143,3 +144,15 @@ def test_blocked_loss_is_differentiated_through_an_upstream_factor():
         tripled = 3.0 * loss
     np.testing.assert_allclose(tape.gradient(tripled, hidden).numpy(),
                                3.0 * tape.gradient(loss, hidden).numpy(), rtol=1e-6)
+
+
+def test_rows_of_unknown_number_are_one_block(monkeypatch):
+    monkeypatch.setattr(losses, "MASKED_LM_BLOCK_ROWS", 2)
+    hidden = tf.constant(np.random.default_rng(5).normal(size=(6, 4)), tf.float32)
+    table, bias, ids = tf.eye(4), tf.zeros([4]), tf.constant([[0, 1, 2], [3, 2, 1]])
+    predict = tf.function(lambda rows: losses.masked_lm_predictions(rows, table, bias, ids),
+                          input_signature=[tf.TensorSpec([None, 4], tf.float32)])
+    ce, predicted = predict(hidden)
+    expected_ce, expected_predicted = losses.masked_lm_predictions(hidden, table, bias, ids)
+    np.testing.assert_array_equal(predicted.numpy(), expected_predicted.numpy())
+    np.testing.assert_allclose(ce.numpy(), expected_ce.numpy(), rtol=1e-6)
