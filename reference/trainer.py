@@ -494,8 +494,8 @@ class Trainer:
         strategy = self.strategy
         total = tf.zeros([len(EvalMetrics.KEYS)], tf.float64)
         for _ in tf.range(num_steps):
-            # One batch at a time: overlapping iterations would each hold their
-            # [batch * predictions, vocab] logits.
+            # One batch at a time: overlapping iterations would each hold their own blocks
+            # of masked-LM logits.
             tf.autograph.experimental.set_loop_options(parallel_iterations=1)
             # A Python function, not the compiled one, runs in each replica's device scope.
             sums = strategy.run(lambda batch: self._eval_sums(batch), args=(next(iterator),))
