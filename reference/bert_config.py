@@ -24,6 +24,11 @@ from benchmark.errors import UserError
 # Activation names the model implements (the MLCommons reference's `get_activation` set).
 ACTIVATIONS = ("gelu", "relu", "tanh", "linear")
 
+# Not a bert_config.json key but how the masked-LM head is computed: the most prediction rows
+# whose [rows, vocab] logits the losses and metrics form at once (--masked_lm_block_rows; the
+# demo's 2,432 rows become 8 blocks of 304, 37 MB per float32 tensor). 0: all rows at once.
+MASKED_LM_BLOCK_ROWS = 512
+
 
 class ConfigError(UserError, ValueError):
     """A bad or incomplete BERT configuration; the message is one line naming the source."""

@@ -27,13 +27,11 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 
+from reference.bert_config import MASKED_LM_BLOCK_ROWS
+
 # The MLCommons reference adds this to the masked-LM weight sum of the *training* loss's
 # denominator.
 MASKED_LM_DENOMINATOR_EPSILON = 1e-5
-
-# Most prediction rows whose [rows, vocab] logits are held at once (304 rows of 30,522 float32
-# logits: 37 MB per tensor). One block when the batch has no more rows than this.
-MASKED_LM_BLOCK_ROWS = 512
 
 
 def block_count(rows: int, max_rows: int) -> int:
@@ -46,7 +44,7 @@ def block_count(rows: int, max_rows: int) -> int:
 
 
 def _map_row_blocks(fn: Callable, rows: Sequence[tf.Tensor], sums: Sequence[tf.Tensor],
-                    output_dtypes: Sequence[tf.DType]):
+                    output_dtypes: Sequence[tf.DType], block_rows: int):
     """Applies `fn` to equal row blocks of `rows`, one block at a time.
 
     Args:
@@ -54,12 +52,13 @@ def _map_row_blocks(fn: Callable, rows: Sequence[tf.Tensor], sums: Sequence[tf.T
       rows: tensors with the same number of leading rows (one block where it is not static).
       sums: initial values of running sums carried across blocks (may be empty).
       output_dtypes: the dtype of each per-row output of `fn`.
+      block_rows: the most rows in a block (`block_count`); 0: one block.
 
     Returns:
       (per-row outputs over all rows in order, the final sums).
     """
     num_rows = rows[0].shape[0]
-    count = 1 if num_rows is None else block_count(num_rows, MASKED_LM_BLOCK_ROWS)
+    count = 1 if num_rows is None or not block_rows else block_count(num_rows, block_rows)
     if count == 1:
         return fn(list(rows), list(sums))
     size = num_rows // count
@@ -96,8 +95,8 @@ def _flat(tensor: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
 
 
 def masked_lm_loss(hidden: tf.Tensor, table: tf.Tensor, bias: tf.Tensor, label_ids: tf.Tensor,
-                   label_weights: tf.Tensor, gradient_scale: tf.Tensor | float = 1.0
-                   ) -> tf.Tensor:
+                   label_weights: tf.Tensor, gradient_scale: tf.Tensor | float = 1.0,
+                   block_rows: int = MASKED_LM_BLOCK_ROWS) -> tf.Tensor:
     """The training masked-LM loss sum(w * ce) / (sum(w) + 1e-5), a float32 scalar (nats), of the
     logits hidden @ table^T + bias.
 
@@ -110,6 +109,7 @@ def masked_lm_loss(hidden: tf.Tensor, table: tf.Tensor, bias: tf.Tensor, label_i
       gradient_scale: what the caller multiplies the loss by before differentiating (the fp16
         loss scale; 1 otherwise). The gradients are formed at that scale in hidden's dtype, so
         float16 gradients do not underflow.
+      block_rows: the most rows whose logits are formed at once (0: all).
 
     The gradients for hidden, table and bias are computed with the loss, one block of rows at a
     time (the loss is a scalar: the gradient for an upstream value d is d / gradient_scale times
@@ -141,7 +141,7 @@ def masked_lm_loss(hidden: tf.Tensor, table: tf.Tensor, bias: tf.Tensor, label_i
     def loss_of(hidden, table, bias):
         (ce, d_hidden), (d_table, d_bias) = _map_row_blocks(
             block, [hidden, ids, d_ce], [tf.zeros_like(table), tf.zeros_like(bias)],
-            [tf.float32, hidden.dtype])
+            [tf.float32, hidden.dtype], block_rows)
         loss = tf.reduce_sum(weights * ce) / denominator
 
         def grad(d_loss):
@@ -154,11 +154,12 @@ def masked_lm_loss(hidden: tf.Tensor, table: tf.Tensor, bias: tf.Tensor, label_i
 
 
 def masked_lm_predictions(hidden: tf.Tensor, table: tf.Tensor, bias: tf.Tensor,
-                          label_ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+                          label_ids: tf.Tensor, block_rows: int = MASKED_LM_BLOCK_ROWS
+                          ) -> tuple[tf.Tensor, tf.Tensor]:
     """Each masked-LM prediction's cross-entropy and predicted id, block by block.
 
-    Args: hidden [N, H], table [vocab, H], bias [vocab] as for `masked_lm_loss`; label_ids
-      [B, P] int with B * P = N.
+    Args: hidden [N, H], table [vocab, H], bias [vocab], block_rows as for `masked_lm_loss`;
+      label_ids [B, P] int with B * P = N.
     Returns: ([N] float32 cross-entropies in nats, [N] int32 argmax of the log-probabilities).
     """
     def block(rows, _):
@@ -168,7 +169,7 @@ def masked_lm_predictions(hidden: tf.Tensor, table: tf.Tensor, bias: tf.Tensor,
         return [_label_cross_entropy(log_probs, ids_rows), predicted], []
 
     (ce, predicted), _ = _map_row_blocks(block, [hidden, _flat(label_ids, tf.int32)], [],
-                                         [tf.float32, tf.int32])
+                                         [tf.float32, tf.int32], block_rows)
     return ce, predicted
 
 
@@ -195,7 +196,8 @@ def _head(outputs: Mapping[str, tf.Tensor]) -> list[tf.Tensor]:
 
 
 def pretraining_losses(outputs: Mapping[str, tf.Tensor], features: Mapping[str, tf.Tensor],
-                       gradient_scale: tf.Tensor | float = 1.0) -> dict[str, tf.Tensor]:
+                       gradient_scale: tf.Tensor | float = 1.0,
+                       block_rows: int = MASKED_LM_BLOCK_ROWS) -> dict[str, tf.Tensor]:
     """The MLCommons reference's training losses for one batch.
 
     Args:
@@ -204,32 +206,36 @@ def pretraining_losses(outputs: Mapping[str, tf.Tensor], features: Mapping[str, 
       features: the batch ("masked_lm_ids", "masked_lm_weights", "next_sentence_labels").
       gradient_scale: the factor the caller scales total_loss by before differentiating (the
         fp16 loss scale), see `masked_lm_loss`.
+      block_rows: the most masked-LM rows whose logits are formed at once (0: all).
 
     Returns:
       {"total_loss", "masked_lm_loss", "next_sentence_loss"}: float32 scalars; the optimizer
       minimises total_loss.
     """
     mlm = masked_lm_loss(*_head(outputs), features["masked_lm_ids"],
-                         features["masked_lm_weights"], gradient_scale)
+                         features["masked_lm_weights"], gradient_scale, block_rows)
     nsp = next_sentence_loss(outputs["next_sentence_logits"], features["next_sentence_labels"])
     return {"total_loss": mlm + nsp, "masked_lm_loss": mlm, "next_sentence_loss": nsp}
 
 
 def metric_sums(outputs: Mapping[str, tf.Tensor],
                 features: Mapping[str, tf.Tensor],
-                example_weights: tf.Tensor | None = None) -> dict[str, tf.Tensor]:
+                example_weights: tf.Tensor | None = None,
+                block_rows: int = MASKED_LM_BLOCK_ROWS) -> dict[str, tf.Tensor]:
     """Per-batch sums from which the evaluation metrics are formed (see `EvalMetrics`).
 
     Args:
       outputs, features: as for `pretraining_losses`.
       example_weights: optional [B] (or [B, 1]) float, 1 for a real example and 0 for padding
         (a trainer pads the last eval batch to a fixed shape); None: every example counts.
+      block_rows: the most masked-LM rows whose logits are formed at once (0: all).
 
     Returns float32 scalars: masked_lm_correct (sum of w over correct predictions),
     masked_lm_weight (sum of w), masked_lm_loss_sum (sum of w * ce), next_sentence_correct,
     next_sentence_count (examples), next_sentence_loss_sum (sum of ce).
     """
-    mlm_ce, mlm_pred = masked_lm_predictions(*_head(outputs), features["masked_lm_ids"])
+    mlm_ce, mlm_pred = masked_lm_predictions(*_head(outputs), features["masked_lm_ids"],
+                                             block_rows)
     mlm_ids = _flat(features["masked_lm_ids"], tf.int32)
     weights = _flat(features["masked_lm_weights"], tf.float32)
 

@@ -12,6 +12,7 @@ from absl import flags, logging
 
 from benchmark import constants
 from benchmark.errors import UserError
+from reference.bert_config import MASKED_LM_BLOCK_ROWS
 from reference.optimizer_settings import DEFAULT_OPTIMIZER as OPT
 
 FLAGS = flags.FLAGS
@@ -92,6 +93,8 @@ FLAG_TABLE = (
      "optimizer update is compiled either way); TPUs compile them anyway."),
     ("bool", "recompute_layers", False, "Recompute each transformer layer in the backward pass "
      "instead of keeping its activations: less memory, about a third more encoder compute."),
+    ("integer", "masked_lm_block_rows", MASKED_LM_BLOCK_ROWS, "Most masked-LM predictions whose "
+     "logits (one row of vocab_size floats each) are formed at once; 0: all of a batch."),
     ("float", "dropout_override", None, "Set both dropout probabilities of the BERT config."),
     ("string", "preset", None, "A preset of reference/presets/ (v3-128, v100-8, a100-8, demo); "
      "flags given on the command line win."),
@@ -147,7 +150,8 @@ def check_ranges(f: flags.FlagValues) -> None:
         require(f.start_warmup_step <= 0,
                 f"--start_warmup_step={f.start_warmup_step} must be <= 0 (a later start gives "
                 "negative learning rates before it)")
-    for name in ("keep_checkpoint_max", "eval_frequency_samples", "num_gpus", "cpu_devices"):
+    for name in ("keep_checkpoint_max", "eval_frequency_samples", "num_gpus", "cpu_devices",
+                 "masked_lm_block_rows"):
         require(f[name].value >= 0, f"--{name}={f[name].value} must be >= 0")
     if f.stop_steps is not None:
         require(f.stop_steps >= 1, f"--stop_steps={f.stop_steps} must be at least 1")

@@ -101,7 +101,8 @@ class _Run:
         self.trainer = Trainer(self.strategy, config, options.optimizer,
                                options.train_batch_size, options.steps_per_update,
                                options.clip_after_allreduce, options.mixed_precision,
-                               options.use_xla, options.recompute_layers)
+                               options.use_xla, options.recompute_layers,
+                               options.masked_lm_block_rows)
         return self.trainer
 
     # -------------------------------------------------------------- datasets

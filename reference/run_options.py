@@ -61,6 +61,7 @@ class RunOptions:
     mixed_precision: str
     use_xla: bool
     recompute_layers: bool  # gradient checkpointing: memory only, not run-defining
+    masked_lm_block_rows: int  # memory only, not run-defining
     dropout_override: float | None
     strategy: StrategyRequest
     noncompliant: list[str] = field(default_factory=list)
@@ -159,7 +160,7 @@ def options_from_flags(f: flags.FlagValues) -> RunOptions:
         submission_org=f.submission_org, submission_platform=f.submission_platform,
         submission_division=f.submission_division, submission_status=f.submission_status,
         seed=seed, mixed_precision=f.mixed_precision, use_xla=f.use_xla,
-        recompute_layers=f.recompute_layers,
+        recompute_layers=f.recompute_layers, masked_lm_block_rows=f.masked_lm_block_rows,
         dropout_override=f.dropout_override,
         strategy=StrategyRequest(use_tpu=f.use_tpu, tpu_name=f.tpu_name, tpu_zone=f.tpu_zone,
                                  gcp_project=f.gcp_project, num_tpu_cores=f.num_tpu_cores,

@@ -68,7 +68,7 @@ from absl import logging
 
 from reference import checkpoint as ckpt
 from reference.adamw import AdamWeightDecay
-from reference.bert_config import BertConfig
+from reference.bert_config import MASKED_LM_BLOCK_ROWS, BertConfig
 from reference.input_pipeline import EXAMPLE_WEIGHT
 from reference.lamb import Lamb, clip_gradients, densify, variable_name
 from reference.learning_rate import WarmupPolynomialDecay
@@ -215,6 +215,8 @@ class Trainer:
         optimizer update is compiled either way.
       recompute_layers: recompute each transformer layer in the backward pass instead of
         keeping its activations (`BertPretrainingModel`; less memory, more compute).
+      masked_lm_block_rows: the most masked-LM rows whose [rows, vocab] logits are formed at
+        once in the losses and metrics (`reference.losses`; 0: all rows of a batch).
 
     Counters (checkpointed with the model and optimizer): `global_step` (micro-steps),
     `trained_samples`, `target_reached` (1 once an eval reached the target), `run_seed` (data
@@ -226,7 +228,8 @@ class Trainer:
     def __init__(self, strategy: tf.distribute.Strategy, config: BertConfig,
                  optimizer: OptimizerSettings, train_batch_size: int, steps_per_update: int = 1,
                  clip_after_allreduce: bool = False, mixed_precision: str = "none",
-                 use_xla: bool = False, recompute_layers: bool = False):
+                 use_xla: bool = False, recompute_layers: bool = False,
+                 masked_lm_block_rows: int = MASKED_LM_BLOCK_ROWS):
         self.strategy = strategy
         self.config = config
         self.settings = optimizer
@@ -237,6 +240,7 @@ class Trainer:
         # TPUStrategy compiles the whole step with XLA whatever is asked.
         on_tpu = isinstance(strategy, tf.distribute.TPUStrategy)
         self.use_xla = bool(use_xla) and not on_tpu
+        self.masked_lm_block_rows = masked_lm_block_rows
         with strategy.scope():
             self.model = BertPretrainingModel(config, recompute_layers=recompute_layers)
             self.optimizer = make_optimizer(optimizer)
@@ -348,7 +352,8 @@ class Trainer:
     def _micro_gradients(self, features, dropout_key):
         with tf.GradientTape() as tape, self._dropout_keys.using(dropout_key):
             scale = self.loss_scale if self.mixed_precision == "fp16" else 1.0
-            losses = pretraining_losses(self.model(features, training=True), features, scale)
+            losses = pretraining_losses(self.model(features, training=True), features, scale,
+                                        self.masked_lm_block_rows)
             loss = losses["total_loss"] * scale
         with self._dropout_keys.using(dropout_key):  # recompute_layers: layers run again here
             grads = tape.gradient(loss, self._variables)
@@ -487,7 +492,8 @@ class Trainer:
     def _eval_sums_fn(self, batch):
         """The metric sums (EvalMetrics.KEYS order) of one eval batch on this replica."""
         sums = metric_sums(self.model(batch, training=False), batch,
-                           example_weights=batch[EXAMPLE_WEIGHT])
+                           example_weights=batch[EXAMPLE_WEIGHT],
+                           block_rows=self.masked_lm_block_rows)
         return tf.stack([sums[key] for key in EvalMetrics.KEYS])
 
     def _eval_steps_fn(self, iterator, num_steps):

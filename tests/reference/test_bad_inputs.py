@@ -178,6 +178,7 @@ def run_args(data: dict, out: Path, **extra) -> list[str]:
     ({"eval_frequency_samples": -5}, "--eval_frequency_samples=-5 must be >= 0"),
     ({"num_gpus": -1}, "--num_gpus=-1 must be >= 0"),
     ({"cpu_devices": -2}, "--cpu_devices=-2 must be >= 0"),
+    ({"masked_lm_block_rows": -1}, "--masked_lm_block_rows=-1 must be >= 0"),
     ({"num_warmup_steps": 41}, "--num_warmup_steps=41 must be in [0, --num_train_steps=40]"),
     ({"num_warmup_steps": -1}, "--num_warmup_steps=-1 must be in [0, --num_train_steps=40]"),
     ({"num_warmup_steps": 4, "start_warmup_step": 2},

@@ -96,11 +96,10 @@ def _one_hot_loss(hidden, table, bias, ids, weights):
     return tf.reduce_sum(w * ce) / (tf.reduce_sum(w) + 1e-5), log_probs
 
 
-@pytest.mark.parametrize("block_rows", [512, 5])
+@pytest.mark.parametrize("block_rows", [0, 512, 5])
 @pytest.mark.parametrize("compile_mode", ["eager", "function", "xla"])
-def test_blocked_head_matches_whole_logits_loss_gradients_and_predictions(
-        monkeypatch, block_rows, compile_mode):
-    monkeypatch.setattr(losses, "MASKED_LM_BLOCK_ROWS", block_rows)
+def test_blocked_head_matches_whole_logits_loss_gradients_and_predictions(block_rows,
+                                                                          compile_mode):
     rng = np.random.default_rng(3)
     hidden = tf.constant(rng.normal(size=(24, 8)), tf.float32)
     table = tf.constant(rng.normal(size=(50, 8)), tf.float32)
@@ -111,9 +110,10 @@ def test_blocked_head_matches_whole_logits_loss_gradients_and_predictions(
     def ours(scale):
         with tf.GradientTape() as tape:
             tape.watch([hidden, table, bias])
-            loss = masked_lm_loss(hidden, table, bias, ids, weights, gradient_scale=scale)
+            loss = masked_lm_loss(hidden, table, bias, ids, weights, gradient_scale=scale,
+                                  block_rows=block_rows)
             scaled = loss * scale
-        ce, predicted = losses.masked_lm_predictions(hidden, table, bias, ids)
+        ce, predicted = losses.masked_lm_predictions(hidden, table, bias, ids, block_rows)
         return loss, tape.gradient(scaled, [hidden, table, bias]), ce, predicted
 
     if compile_mode != "eager":
@@ -146,11 +146,10 @@ def test_blocked_loss_is_differentiated_through_an_upstream_factor():
                                3.0 * tape.gradient(loss, hidden).numpy(), rtol=1e-6)
 
 
-def test_rows_of_unknown_number_are_one_block(monkeypatch):
-    monkeypatch.setattr(losses, "MASKED_LM_BLOCK_ROWS", 2)
+def test_rows_of_unknown_number_are_one_block():
     hidden = tf.constant(np.random.default_rng(5).normal(size=(6, 4)), tf.float32)
     table, bias, ids = tf.eye(4), tf.zeros([4]), tf.constant([[0, 1, 2], [3, 2, 1]])
-    predict = tf.function(lambda rows: losses.masked_lm_predictions(rows, table, bias, ids),
+    predict = tf.function(lambda rows: losses.masked_lm_predictions(rows, table, bias, ids, 2),
                           input_signature=[tf.TensorSpec([None, 4], tf.float32)])
     ce, predicted = predict(hidden)
     expected_ce, expected_predicted = losses.masked_lm_predictions(hidden, table, bias, ids)
