@@ -43,35 +43,37 @@ def block_count(rows: int, max_rows: int) -> int:
     return 1
 
 
-def _map_row_blocks(fn: Callable, rows: Sequence[tf.Tensor], sums: Sequence[tf.Tensor],
-                    output_dtypes: Sequence[tf.DType], block_rows: int):
-    """Applies `fn` to equal row blocks of `rows`, one block at a time.
+def _map_row_blocks(fn: Callable, rows: Sequence[tf.Tensor], output_dtypes: Sequence[tf.DType],
+                    sum_shapes: Sequence[Sequence[int]], block_rows: int):
+    """Applies `fn` to equal row blocks of `rows`, one block at a time, and adds up its sums.
 
     Args:
-      fn: (row blocks, sums so far) -> (per-row outputs of the block, new sums).
+      fn: row blocks -> (per-row outputs of the block, float32 sums over the block's rows).
       rows: tensors with the same number of leading rows (one block where it is not static).
-      sums: initial values of running sums carried across blocks (may be empty).
       output_dtypes: the dtype of each per-row output of `fn`.
+      sum_shapes: the shape of each sum of `fn` (may be empty).
       block_rows: the most rows in a block (`block_count`); 0: one block.
 
     Returns:
-      (per-row outputs over all rows in order, the final sums).
+      (per-row outputs over all rows in order, the sums over all blocks: float32).
     """
     num_rows = rows[0].shape[0]
     count = 1 if num_rows is None or not block_rows else block_count(num_rows, block_rows)
     if count == 1:
-        return fn(list(rows), list(sums))
+        return fn(list(rows))
     size = num_rows // count
 
     def body(i, arrays, sums):
         block = [tf.slice(r, [i * size] + [0] * (r.shape.rank - 1),
                           [size] + r.shape.as_list()[1:]) for r in rows]
-        outputs, sums = fn(block, sums)
-        return i + 1, [a.write(i, o) for a, o in zip(arrays, outputs)], sums
+        outputs, block_sums = fn(block)
+        return (i + 1, [a.write(i, o) for a, o in zip(arrays, outputs)],
+                [total + part for total, part in zip(sums, block_sums)])
 
     arrays = [tf.TensorArray(dtype, size=count) for dtype in output_dtypes]
+    sums = [tf.zeros(shape, tf.float32) for shape in sum_shapes]
     # One block at a time: overlapping iterations would each hold a block's logits.
-    _, arrays, sums = tf.while_loop(lambda i, *_: i < count, body, (0, arrays, list(sums)),
+    _, arrays, sums = tf.while_loop(lambda i, *_: i < count, body, (0, arrays, sums),
                                     parallel_iterations=1)
     outputs = [tf.reshape(a.stack(), [-1] + a.element_shape.as_list()[1:]) for a in arrays]
     return outputs, sums
@@ -123,9 +125,8 @@ def masked_lm_loss(hidden: tf.Tensor, table: tf.Tensor, bias: tf.Tensor, label_i
     scale = tf.cast(gradient_scale, tf.float32)
     d_ce = (scale / denominator) * weights  # d (scale * loss) / d ce
 
-    def block(rows, sums):
+    def block(rows):
         hidden_rows, ids_rows, d_ce_rows = rows
-        d_table, d_bias = sums
         log_probs = tf.nn.log_softmax(_head_logits(hidden_rows, table, bias), axis=-1)
         ce = _label_cross_entropy(log_probs, ids_rows)
         d_logits = tf.exp(log_probs) * d_ce_rows[:, tf.newaxis]
@@ -133,20 +134,22 @@ def masked_lm_loss(hidden: tf.Tensor, table: tf.Tensor, bias: tf.Tensor, label_i
         d_logits = tf.cast(tf.tensor_scatter_nd_add(d_logits, at_label, -d_ce_rows),
                            hidden.dtype)
         d_hidden = tf.matmul(d_logits, table)
-        d_table += tf.matmul(d_logits, hidden_rows, transpose_a=True)
-        d_bias += tf.raw_ops.BiasAddGrad(out_backprop=d_logits)
+        # Summed over blocks in float32 (a bfloat16 running sum would round at every block).
+        d_table = tf.cast(tf.matmul(d_logits, hidden_rows, transpose_a=True), tf.float32)
+        d_bias = tf.cast(tf.raw_ops.BiasAddGrad(out_backprop=d_logits), tf.float32)
         return [ce, d_hidden], [d_table, d_bias]
 
     @tf.custom_gradient
     def loss_of(hidden, table, bias):
         (ce, d_hidden), (d_table, d_bias) = _map_row_blocks(
-            block, [hidden, ids, d_ce], [tf.zeros_like(table), tf.zeros_like(bias)],
-            [tf.float32, hidden.dtype], block_rows)
+            block, [hidden, ids, d_ce], [tf.float32, hidden.dtype], [table.shape, bias.shape],
+            block_rows)
         loss = tf.reduce_sum(weights * ce) / denominator
 
         def grad(d_loss):
-            factor = tf.cast(d_loss / scale, hidden.dtype)
-            return d_hidden * factor, d_table * factor, d_bias * factor
+            factor = d_loss / scale
+            return (d_hidden * tf.cast(factor, hidden.dtype),
+                    tf.cast(d_table * factor, table.dtype), tf.cast(d_bias * factor, bias.dtype))
 
         return loss, grad
 
@@ -162,14 +165,14 @@ def masked_lm_predictions(hidden: tf.Tensor, table: tf.Tensor, bias: tf.Tensor,
       label_ids [B, P] int with B * P = N.
     Returns: ([N] float32 cross-entropies in nats, [N] int32 argmax of the log-probabilities).
     """
-    def block(rows, _):
+    def block(rows):
         hidden_rows, ids_rows = rows
         log_probs = tf.nn.log_softmax(_head_logits(hidden_rows, table, bias), axis=-1)
         predicted = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
         return [_label_cross_entropy(log_probs, ids_rows), predicted], []
 
-    (ce, predicted), _ = _map_row_blocks(block, [hidden, _flat(label_ids, tf.int32)], [],
-                                         [tf.float32, tf.int32], block_rows)
+    (ce, predicted), _ = _map_row_blocks(block, [hidden, _flat(label_ids, tf.int32)],
+                                         [tf.float32, tf.int32], [], block_rows)
     return ce, predicted
 
 

@@ -155,3 +155,26 @@ def test_rows_of_unknown_number_are_one_block():
     expected_ce, expected_predicted = losses.masked_lm_predictions(hidden, table, bias, ids)
     np.testing.assert_array_equal(predicted.numpy(), expected_predicted.numpy())
     np.testing.assert_allclose(ce.numpy(), expected_ce.numpy(), rtol=1e-6)
+
+
+def test_bfloat16_table_gradient_is_summed_over_blocks_in_float32():
+    """Sixteen blocks of bfloat16 products summed in float32 and rounded once: the table's
+    gradient is as close to the float32 one as unblocked bfloat16 (measured: the same error;
+    a bfloat16 running sum doubled it)."""
+    rng = np.random.default_rng(6)
+    hidden = rng.normal(size=(64, 16)).astype(np.float32)
+    table = rng.normal(size=(40, 16)).astype(np.float32)
+    ids = tf.constant(rng.integers(0, 40, size=(8, 8)), tf.int32)
+    weights = tf.ones([8, 8])
+
+    def table_gradient(dtype, block_rows):
+        args = [tf.constant(hidden, dtype), tf.constant(table, dtype), tf.zeros([40], dtype)]
+        with tf.GradientTape() as tape:
+            tape.watch(args)
+            loss = masked_lm_loss(*args, ids, weights, block_rows=block_rows)
+        return tf.cast(tape.gradient(loss, args[1]), tf.float32).numpy()
+
+    exact = table_gradient(tf.float32, 0)
+    whole_error = np.max(np.abs(table_gradient(tf.bfloat16, 0) - exact))
+    blocked_error = np.max(np.abs(table_gradient(tf.bfloat16, 4) - exact))
+    assert blocked_error <= 1.25 * whole_error
