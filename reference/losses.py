@@ -28,6 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from reference.bert_config import MASKED_LM_BLOCK_ROWS
+from reference.model import head_logits
 
 # The MLCommons reference adds this to the masked-LM weight sum of the *training* loss's
 # denominator.
@@ -79,10 +80,9 @@ def _map_row_blocks(fn: Callable, rows: Sequence[tf.Tensor], output_dtypes: Sequ
     return outputs, sums
 
 
-def _head_logits(hidden: tf.Tensor, table: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
-    """float32 [rows, vocab] logits of rows [rows, H]: hidden @ table^T + bias in the inputs'
-    dtype (the reference's product and bias_add), cast to float32."""
-    return tf.cast(tf.nn.bias_add(tf.matmul(hidden, table, transpose_b=True), bias), tf.float32)
+def _float32_logits(hidden: tf.Tensor, table: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
+    """`head_logits` of a block of rows, cast to float32."""
+    return tf.cast(head_logits(hidden, table, bias), tf.float32)
 
 
 def _label_cross_entropy(log_probs: tf.Tensor, label_ids: tf.Tensor) -> tf.Tensor:
@@ -127,7 +127,7 @@ def masked_lm_loss(hidden: tf.Tensor, table: tf.Tensor, bias: tf.Tensor, label_i
 
     def block(rows):
         hidden_rows, ids_rows, d_ce_rows = rows
-        log_probs = tf.nn.log_softmax(_head_logits(hidden_rows, table, bias), axis=-1)
+        log_probs = tf.nn.log_softmax(_float32_logits(hidden_rows, table, bias), axis=-1)
         ce = _label_cross_entropy(log_probs, ids_rows)
         d_logits = tf.exp(log_probs) * d_ce_rows[:, tf.newaxis]
         at_label = tf.stack([tf.range(tf.shape(ids_rows)[0]), ids_rows], axis=1)
@@ -167,7 +167,7 @@ def masked_lm_predictions(hidden: tf.Tensor, table: tf.Tensor, bias: tf.Tensor,
     """
     def block(rows):
         hidden_rows, ids_rows = rows
-        log_probs = tf.nn.log_softmax(_head_logits(hidden_rows, table, bias), axis=-1)
+        log_probs = tf.nn.log_softmax(_float32_logits(hidden_rows, table, bias), axis=-1)
         predicted = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
         return [_label_cross_entropy(log_probs, ids_rows), predicted], []
 

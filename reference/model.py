@@ -359,12 +359,16 @@ class TiedMaskedLM(nlp_layers.MaskedLM):
                 tf.convert_to_tensor(self.bias))
 
 
+def head_logits(rows: tf.Tensor, table: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
+    """[N, vocab] logits rows @ table^T + bias of the head's outputs (`TiedMaskedLM`) for
+    rows [N, hidden], in their dtype (the reference's product and bias_add)."""
+    return tf.nn.bias_add(tf.matmul(rows, table, transpose_b=True), bias)
+
+
 def masked_lm_logits(rows: tf.Tensor, table: tf.Tensor, bias: tf.Tensor,
                      positions: tf.Tensor) -> tf.Tensor:
-    """[B, P, vocab] logits rows @ table^T + bias of the head's outputs (`TiedMaskedLM`), for
-    positions [B, P]."""
-    logits = tf.nn.bias_add(tf.matmul(rows, table, transpose_b=True), bias)
-    return tf.reshape(logits, _batch_dims(positions) + [table.shape[0]])
+    """`head_logits` viewed [B, P, vocab], for positions [B, P]."""
+    return tf.reshape(head_logits(rows, table, bias), _batch_dims(positions) + [table.shape[0]])
 
 
 class BertPretrainingModel(tf_keras.Model):
