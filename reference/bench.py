@@ -2,8 +2,8 @@
 trainer against the MLCommons reference's TF1 graph.
 
     python -m reference.bench --reference_dir=PATH/retired_benchmarks/bert \\
-        [--shapes=demo,bert-base] [--sides=reference,ours,ours+xla,ours+bf16] [--repeats=1] \\
-        [--batch_size=N] [--seq_length=N] [--max_predictions=N] [--steps=N] \\
+        [--shapes=demo,bert-base] [--sides=reference,ours,ours+xla,ours+bf16,matmuls] \\
+        [--repeats=1] [--batch_size=N] [--seq_length=N] [--max_predictions=N] [--steps=N] \\
         [--eval_examples=N] [--eval_batch_size=N] [--matmul_size=2048] \\
         [--output=build/bench/train.md]
     python -m reference.bench --ours_only --bert_config_file=CONFIG.json ...   (one "custom" shape)
@@ -41,6 +41,11 @@ warm-up steps, beta 0.9/0.999, weight decay 0.01, log epsilon -6, one micro-batc
   float32 weights): not the reference's arithmetic, so its speed-up is not at equal config; it
   shows what a CPU with bfloat16 matrix instructions (AMX, avx512_bf16) gives a user who
   trains with --mixed_precision=bf16.
+- matmuls: not a trainer but the step's matrix products alone (`forward_products`; in training
+  each with its two backward products), back to back in one `tf.function` on float32
+  variables. Every implementation of the step computes at least these products, so this row
+  bounds every side on this machine: its speed-up is the most any float32 trainer can reach
+  over the reference here, and its MFU is what oneDNN reaches at the step's own shapes.
 
 Training: 2 warm-up steps (graph building, tracing, XLA compilation; their time is shown as
 "warm-up"), then `--steps` timed steps. Eval: one warm-up batch, then the eval records timed, the
@@ -114,7 +119,7 @@ SHAPES = {
 DEFAULT_SHAPES = "demo,bert-base"
 # Each side's compute type: its MFU is against the matmul peak of that type.
 SIDE_DTYPES = {"reference": "float32", "ours": "float32", "ours+xla": "float32",
-               "ours+bf16": "bfloat16"}
+               "ours+bf16": "bfloat16", "matmuls": "float32"}
 SIDE_NAMES = tuple(SIDE_DTYPES)
 # Dense matmul peak: per backend and dtype, warm-up calls, then timed calls until at least
 # PEAK_MIN_CALLS and PEAK_SECONDS have passed (at most PEAK_MAX_CALLS); the best call counts.
@@ -131,17 +136,36 @@ class BenchError(UserError):
 
 
 # ---------------------------------------------------------------------- FLOP count
-def flop_terms(config: Mapping, seq_length: int, max_predictions: int) -> dict[str, int]:
-    """The forward-pass FLOPs of one sequence, by part (see `step_flops`)."""
-    layers = config["num_hidden_layers"]
+def forward_products(config: Mapping, seq_length: int, max_predictions: int,
+                     batch_size: int) -> dict[str, list[tuple[int, int, int, int]]]:
+    """The matrix products of one forward pass over `batch_size` sequences, by part.
+
+    Each product is (b, m, k, n): b independent [m, k] x [k, n] products (b = 1: one 2-D
+    product), 2 * b * m * k * n FLOPs. Parts: "projections" (per layer query, key, value and
+    attention output [B*S, H] x [H, H], feed-forward [B*S, H] x [H, I] and [B*S, I] x [I, H]),
+    "attention" (per layer scores [S, h] x [h, S] and the weighted values [S, S] x [S, h] for each
+    of B * heads), "masked_lm" (transform [B*P, H] x [H, H], output [B*P, H] x [H, V]) and
+    "pooler_next_sentence" ([B, H] x [H, H] and [B, H] x [H, 2]).
+    """
+    layers, heads = config["num_hidden_layers"], config["num_attention_heads"]
     hidden, inner = config["hidden_size"], config["intermediate_size"]
-    vocab, seq, preds = config["vocab_size"], seq_length, max_predictions
+    vocab, seq, preds, batch = config["vocab_size"], seq_length, max_predictions, batch_size
+    rows, head_size = batch * seq, hidden // heads
+    layer = [(1, rows, hidden, hidden)] * 4 + [(1, rows, hidden, inner), (1, rows, inner, hidden)]
+    scores = [(batch * heads, seq, head_size, seq), (batch * heads, seq, seq, head_size)]
     return {
-        "projections": layers * 2 * seq * (4 * hidden * hidden + 2 * hidden * inner),
-        "attention": layers * 2 * 2 * seq * seq * hidden,
-        "masked_lm": 2 * preds * (hidden * hidden + hidden * vocab),
-        "pooler_next_sentence": 2 * (hidden * hidden + 2 * hidden),
+        "projections": layer * layers,
+        "attention": scores * layers,
+        "masked_lm": [(1, batch * preds, hidden, hidden), (1, batch * preds, hidden, vocab)],
+        "pooler_next_sentence": [(1, batch, hidden, hidden), (1, batch, hidden, 2)],
     }
+
+
+def flop_terms(config: Mapping, seq_length: int, max_predictions: int) -> dict[str, int]:
+    """The forward-pass FLOPs of one sequence, by part (`forward_products`; see `step_flops`)."""
+    return {part: sum(2 * b * m * k * n for b, m, k, n in products)
+            for part, products in forward_products(config, seq_length, max_predictions,
+                                                   1).items()}
 
 
 def step_flops(config: Mapping, seq_length: int, max_predictions: int, batch_size: int,
@@ -281,6 +305,77 @@ def run_peak(spec: Mapping) -> dict:
             "peak_rss_kib": peak_rss_kib(), "tensorflow": tf.__version__}
 
 
+def _products_function(products: list[tuple[int, int, int, int]], backward: bool, seed: int):
+    """A `tf.function` running `products` back to back (with `backward`, each product's two
+    gradient products too: dA = dC B^T and dB = A^T dC) on float32 variables: every right-hand
+    operand a variable of its own, as the model's weights are; the left-hand operands and the
+    upstream gradients shared by shape. It returns one number per product, so none is pruned."""
+    import tensorflow as tf
+
+    rng = tf.random.Generator.from_seed(seed)
+    shared = {}
+
+    def operand(shape):
+        shape = tuple(size for size in shape if size is not None)
+        if shape not in shared:
+            shared[shape] = tf.Variable(rng.uniform(shape, -1.0, 1.0))
+        return shared[shape]
+
+    operands = []
+    for b, m, k, n in products:
+        batch = b if b > 1 else None
+        operands.append((operand((batch, m, k)),
+                         tf.Variable(rng.uniform([b, k, n] if batch else [k, n], -1.0, 1.0)),
+                         operand((batch, m, n)) if backward else None))
+
+    @tf.function
+    def run():
+        corners = []
+        for a, w, upstream in operands:
+            outputs = [tf.matmul(a, w)]
+            if backward:
+                outputs += [tf.matmul(upstream, w, transpose_b=True),
+                            tf.matmul(a, upstream, transpose_a=True)]
+            corners += [tf.reshape(output, [-1])[0] for output in outputs]
+        return tf.add_n(corners)
+
+    return run
+
+
+def run_matmuls(spec: Mapping) -> dict:
+    """The step's matrix products alone, timed as `run_ours` times the step: `WARMUP_STEPS`
+    untimed calls, then `spec["steps"]` timed training steps (each forward product of
+    `forward_products` and its two backward products) and the eval batches' forward products
+    (after one warm-up batch). No implementation of the step does less, so these times bound
+    every side's on this machine."""
+    import tensorflow as tf
+
+    cfg, seq, preds = spec["bert_config"], spec["seq_length"], spec["max_predictions"]
+
+    def products(batch_size):
+        return [product for part in forward_products(cfg, seq, preds, batch_size).values()
+                for product in part]
+
+    train = _products_function(products(spec["batch_size"]), backward=True, seed=SEED)
+    started = time.perf_counter()
+    for _ in range(WARMUP_STEPS):
+        train().numpy()
+    warmup_s = time.perf_counter() - started
+    started, cpu = time.perf_counter(), time.process_time()
+    for _ in range(spec["steps"]):
+        train().numpy()
+    train_s, train_cpu_s = time.perf_counter() - started, time.process_time() - cpu
+    evaluate = _products_function(products(spec["eval_batch_size"]), backward=False, seed=SEED)
+    evaluate().numpy()
+    started = time.perf_counter()
+    for _ in range(eval_batches(spec)):
+        evaluate().numpy()
+    eval_s = time.perf_counter() - started
+    return {"train_s": train_s, "eval_s": eval_s, "warmup_s": warmup_s,
+            "train_cpu_s": train_cpu_s, "peak_rss_kib": peak_rss_kib(),
+            "tensorflow": tf.__version__}
+
+
 def run_ours(spec: Mapping) -> dict:
     """Our TF2 trainer (`spec["use_xla"]`: with XLA; `spec["mixed_precision"]`: "bf16" or
     "none"): timed train steps and eval, in this process."""
@@ -418,7 +513,7 @@ def run_reference(spec: Mapping) -> dict:
 
 
 WORKERS = {"peak": run_peak, "reference": run_reference, "ours": run_ours,
-           "ours+xla": run_ours_xla, "ours+bf16": run_ours_bf16}
+           "ours+xla": run_ours_xla, "ours+bf16": run_ours_bf16, "matmuls": run_matmuls}
 
 
 def run_side(side: str, spec: Mapping) -> dict:
@@ -608,7 +703,8 @@ def format_report(shapes: list[dict], results: Mapping[str, Mapping[str, dict]],
         "- all sides: float32 (ours+bf16: bfloat16 mixed precision, not the reference's "
         "arithmetic), LAMB with the reference's default flags, synthetic batches "
         f"(seed {SEED}), each side in its own process; speed-ups are reference time / our time; "
-        "MFU = `step_flops` per second / the peak of the side's compute type; warm-up s: the 2 "
+        "MFU = `step_flops` per second / the peak of the side's compute type; matmuls: the "
+        "step's matrix products alone, a bound on every side; warm-up s: the 2 "
         "untimed steps (tracing, compilation); train cores: CPU seconds per second of the side's process "
         f"during the timed steps (below {os.cpu_count()}: threads idle or, on a shared "
         "machine, CPU taken by other processes); peak RSS: the side's process",

@@ -61,6 +61,20 @@ def test_step_flops_of_a_tiny_config_by_hand():
     assert two_layers["projections"] == 2 * 768 and two_layers["attention"] == 2 * 144
 
 
+@pytest.mark.parametrize("config", [HAND, TINY, bench.BERT_BASE_CONFIG, BERT_LARGE])
+def test_forward_products_are_the_counted_flops_at_any_batch(config):
+    for batch in (1, 3):
+        products = bench.forward_products(config, 16, 2, batch)
+        flops = sum(2 * b * m * k * n for part in products.values() for b, m, k, n in part)
+        assert flops == bench.step_flops(config, 16, 2, batch, training=False)
+    layers = config["num_hidden_layers"]
+    assert len(products["projections"]) == 6 * layers
+    assert len(products["attention"]) == 2 * layers
+    # The scores of each (sequence, head): [S, head size] x [head size, S].
+    heads = config["num_attention_heads"]
+    assert products["attention"][0] == (3 * heads, 16, config["hidden_size"] // heads, 16)
+
+
 @pytest.mark.parametrize("config, encoder_params", [
     # Weights, biases and LayerNorms of the transformer layers: BERT-base's "85M" (of 110M),
     # BERT-large's "302M" (of 340M).
@@ -196,9 +210,9 @@ def _plan(*args: str) -> dict:
     return bench.make_plan(bench.parse_args(list(args)))
 
 
-def test_default_plan_is_demo_and_bert_base_on_four_sides(tmp_path):
+def test_default_plan_is_demo_and_bert_base_on_every_side(tmp_path):
     plan = _plan(f"--reference_dir={_fake_reference(tmp_path)}")
-    assert plan["sides"] == ["reference", "ours", "ours+xla", "ours+bf16"]
+    assert plan["sides"] == ["reference", "ours", "ours+xla", "ours+bf16", "matmuls"]
     demo, base = plan["shapes"]
     assert (demo["name"], base["name"]) == ("demo", "bert-base")
     assert demo["bert_config"] == json.loads(bench.DEFAULT_CONFIG.read_text())
@@ -215,7 +229,7 @@ def test_size_flags_replace_every_shape_and_a_config_file_is_the_custom_shape(ti
     plan = _plan("--ours_only", "--shapes=demo,bert-base", "--steps=3", "--batch_size=4")
     assert [(s["steps"], s["batch_size"], s["eval_batch_size"]) for s in plan["shapes"]] == \
         [(3, 4, 4), (3, 4, 4)]
-    assert plan["sides"] == ["ours", "ours+xla", "ours+bf16"]
+    assert plan["sides"] == ["ours", "ours+xla", "ours+bf16", "matmuls"]
     plan = _plan("--ours_only", f"--bert_config_file={tiny_config}", "--seq_length=32",
                  "--max_predictions=5", "--eval_batch_size=2", "--sides=ours")
     (spec,) = plan["shapes"]
@@ -318,6 +332,33 @@ def test_our_side_on_a_tiny_config(tiny_config, side):
     _check_our_rows(report, "custom", [side])
 
 
+@pytest.mark.parametrize("backward, per_product", [(False, 1), (True, 3)])
+def test_products_function_runs_every_product_and_its_gradients(backward, per_product):
+    products = [(1, 8, 4, 6), (3, 5, 2, 5), (1, 8, 4, 6)]
+    run = bench._products_function(products, backward=backward, seed=1)
+    graph = run.get_concrete_function().graph
+    matmuls = [op for op in graph.get_operations()
+               if op.type in ("MatMul", "BatchMatMulV2", "BatchMatMulV3")]
+    assert len(matmuls) == per_product * len(products)
+    shapes = sorted(tuple(op.outputs[0].shape) for op in matmuls)
+    expected = [(8, 6), (3, 5, 5)] + ([(8, 4), (4, 6), (3, 5, 2), (3, 2, 5)] if backward else [])
+    assert set(shapes) == set(expected)
+    assert float(run().numpy()) == float(run().numpy())  # fixed operands: the same sum again
+
+
+def test_matmuls_side_on_a_tiny_config(tiny_config):
+    plan = _plan(f"--bert_config_file={tiny_config}", "--ours_only", "--sides=matmuls",
+                 "--batch_size=4", "--seq_length=32", "--max_predictions=5", "--steps=2",
+                 "--eval_examples=10")
+    (spec,) = plan["shapes"]
+    result = bench.run_side("matmuls", spec)
+    assert result["train_s"] > 0 and result["eval_s"] > 0 and result["warmup_s"] > 0
+    report = bench.format_report(plan["shapes"], {"custom": {"matmuls": result}},
+                                 _peak(50.0, 10.0), "today")
+    assert "matmuls: the step's matrix products alone" in report
+    _check_our_rows(report, "custom", ["matmuls"])
+
+
 @pytest.mark.slow
 def test_the_bench_on_the_demo_shape(tmp_path):
     output = tmp_path / "out" / "train.md"
@@ -327,4 +368,4 @@ def test_the_bench_on_the_demo_shape(tmp_path):
     assert "reference/presets/demo_bert_config.json (layers 2, hidden 128" in report
     peak = re.search(r"float32 ([\d.]+) GFLOP/s; bfloat16 ([\d.]+) GFLOP/s", report)
     assert peak and float(peak[1]) > 1 and float(peak[2]) > 0
-    _check_our_rows(report, "demo", ["ours", "ours+xla", "ours+bf16"])
+    _check_our_rows(report, "demo", ["ours", "ours+xla", "ours+bf16", "matmuls"])
