@@ -44,8 +44,9 @@ warm-up steps, beta 0.9/0.999, weight decay 0.01, log epsilon -6, one micro-batc
 - matmuls: not a trainer but the step's matrix products alone (`forward_products`; in training
   each with its two backward products), back to back in one `tf.function` on float32
   variables. Every implementation of the step computes at least these products, so this row
-  bounds every side on this machine: its speed-up is the most any float32 trainer can reach
-  over the reference here, and its MFU is what oneDNN reaches at the step's own shapes.
+  bounds every side that multiplies matrices with this TensorFlow on this machine: its speed-up
+  is the most such a float32 trainer can reach over the reference here, and its MFU is what
+  oneDNN reaches at the step's own shapes.
 
 Training: 2 warm-up steps (graph building, tracing, XLA compilation; their time is shown as
 "warm-up"), then `--steps` timed steps. Eval: one warm-up batch, then the eval records timed, the
@@ -346,8 +347,8 @@ def run_matmuls(spec: Mapping) -> dict:
     """The step's matrix products alone, timed as `run_ours` times the step: `WARMUP_STEPS`
     untimed calls, then `spec["steps"]` timed training steps (each forward product of
     `forward_products` and its two backward products) and the eval batches' forward products
-    (after one warm-up batch). No implementation of the step does less, so these times bound
-    every side's on this machine."""
+    (after one warm-up batch). No implementation of the step computes fewer products, so these
+    times bound every side's that uses the same matrix products on this machine."""
     import tensorflow as tf
 
     cfg, seq, preds = spec["bert_config"], spec["seq_length"], spec["max_predictions"]
