@@ -62,7 +62,7 @@ count, the same for every side whatever it actually executes) / the machine's de
 The peak is measured by its own process before and after the sides (`run_peak`): square n x n
 matrix products, 2 n^3 FLOPs each, through a `tf.function` and through an XLA-compiled one, in
 float32 and in bfloat16; each side's denominator is the best figure of its compute type:
-float32 for reference, ours and ours+xla, bfloat16 for ours+bf16. The report notes a bfloat16
+float32 for reference, ours, ours+xla and matmuls, bfloat16 for ours+bf16. The report notes a bfloat16
 peak slower than float32 and a CPU without bfloat16 matrix instructions (then it is no faster
 than float32).
 
