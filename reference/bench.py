@@ -62,9 +62,9 @@ count, the same for every side whatever it actually executes) / the machine's de
 The peak is measured by its own process before and after the sides (`run_peak`): square n x n
 matrix products, 2 n^3 FLOPs each, through a `tf.function` and through an XLA-compiled one, in
 float32 and in bfloat16; each side's denominator is the best figure of its compute type:
-float32 for reference, ours, ours+xla and matmuls, bfloat16 for ours+bf16. The report notes a bfloat16
-peak slower than float32 and a CPU without bfloat16 matrix instructions (then it is no faster
-than float32).
+float32 for reference, ours, ours+xla and matmuls, bfloat16 for ours+bf16. The report notes a
+bfloat16 peak slower than float32 and a CPU without bfloat16 matrix instructions (then it is no
+faster than float32).
 
 The MLCommons reference is not part of this project: pass the folder of a checkout of the
 MLCommons training repository (`retired_benchmarks/bert`). Its modules are imported from there
@@ -705,8 +705,8 @@ def format_report(shapes: list[dict], results: Mapping[str, Mapping[str, dict]],
         "arithmetic), LAMB with the reference's default flags, synthetic batches "
         f"(seed {SEED}), each side in its own process; speed-ups are reference time / our time; "
         "MFU = `step_flops` per second / the peak of the side's compute type; matmuls: the "
-        "step's matrix products alone, a bound on every side; warm-up s: the 2 "
-        "untimed steps (tracing, compilation); train cores: CPU seconds per second of the side's process "
+        "step's matrix products alone, a bound on every side; warm-up s: the 2 untimed steps "
+        "(tracing, compilation); train cores: CPU seconds per second of the side's process "
         f"during the timed steps (below {os.cpu_count()}: threads idle or, on a shared "
         "machine, CPU taken by other processes); peak RSS: the side's process",
         "",
