@@ -316,18 +316,19 @@ def _products_function(products: list[tuple[int, int, int, int]], backward: bool
     rng = tf.random.Generator.from_seed(seed)
     shared = {}
 
+    def variable(shape):
+        return tf.Variable(rng.uniform(shape, -1.0, 1.0))
+
     def operand(shape):
-        shape = tuple(size for size in shape if size is not None)
         if shape not in shared:
-            shared[shape] = tf.Variable(rng.uniform(shape, -1.0, 1.0))
+            shared[shape] = variable(shape)
         return shared[shape]
 
     operands = []
     for b, m, k, n in products:
-        batch = b if b > 1 else None
-        operands.append((operand((batch, m, k)),
-                         tf.Variable(rng.uniform([b, k, n] if batch else [k, n], -1.0, 1.0)),
-                         operand((batch, m, n)) if backward else None))
+        lead = (b,) if b > 1 else ()  # b = 1: a 2-D product
+        operands.append((operand(lead + (m, k)), variable(lead + (k, n)),
+                         operand(lead + (m, n)) if backward else None))
 
     @tf.function
     def run():
