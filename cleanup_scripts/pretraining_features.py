@@ -7,8 +7,25 @@ Each record is a serialized `tf.train.Example` with seven fixed-length features:
     masked_lm_weights                        float32 [max_predictions_per_seq]
     next_sentence_labels                     int64   [1]
 
-`feature_spec` is the one description of that layout; `tf_feature_spec` turns it into the
-`tf.io.FixedLenFeature` dict a TensorFlow input pipeline parses with. The writers and readers
+A *packed* record (`cleanup_scripts.pack_pretraining_data`) holds up to K sequences in one row
+of S tokens, and P masked-LM predictions in all (P: the most any row of the data set needs):
+
+    input_ids, segment_ids                   int64   [S]  the sequences one after another
+    sequence_ids                             int64   [S]  1..k for the row's k sequences, 0 padding
+    position_ids                             int64   [S]  0, 1, ... restarting at each sequence
+    masked_lm_positions, masked_lm_ids       int64   [P]  positions in the row; padding 0
+    masked_lm_weights                        float32 [P]  1 real, 0 padding
+    next_sentence_positions                  int64   [K]  where each sequence's [CLS] is
+    next_sentence_labels                     int64   [K]  each sequence's label; padding 0
+    next_sentence_weights                    float32 [K]  1 for each of the k sequences, 0 padding
+
+A row's predictions come sequence by sequence, and its sequences' slots are the first k.
+`RecordLayout` names which of the two a file holds and its sizes (`record_layout` reads it off
+a decoded record), and `packed_row_problem` checks a packed row's structure.
+
+`feature_spec` / `packed_feature_spec` are the one description of the two layouts;
+`tf_feature_spec` turns one into the `tf.io.FixedLenFeature` dict a TensorFlow input pipeline
+parses with. The writers and readers
 here encode and decode the same protos (features in the order above, packed values) and the
 TFRecord framing (length, masked CRC-32C of the length, data, masked CRC-32C of the data), so the
 data tools need neither TensorFlow nor its start-up time.
@@ -64,12 +81,117 @@ def feature_spec(max_seq_length: int,
     ])
 
 
-def tf_feature_spec(max_seq_length: int, max_predictions_per_seq: int) -> dict:
-    """`feature_spec` as `{name: tf.io.FixedLenFeature}` for `tf.io.parse_example`."""
+PACKED_FEATURE_NAMES = ("input_ids", "segment_ids", "sequence_ids", "position_ids",
+                        "masked_lm_positions", "masked_lm_ids", "masked_lm_weights",
+                        "next_sentence_positions", "next_sentence_labels",
+                        "next_sentence_weights")
+
+
+def packed_feature_spec(max_seq_length: int, max_predictions_per_row: int,
+                        max_sequences_per_pack: int) -> "OrderedDict[str, FeatureSpec]":
+    """The features of a packed record (module docstring), in the order they are written:
+    rows of `max_seq_length` tokens, `max_predictions_per_row` masked-LM slots and
+    `max_sequences_per_pack` sequence slots."""
+    seq, pred, packs = (max_seq_length,), (max_predictions_per_row,), (max_sequences_per_pack,)
+    kinds = {"masked_lm_weights": "float32", "next_sentence_weights": "float32"}
+    shapes = {"masked_lm_positions": pred, "masked_lm_ids": pred, "masked_lm_weights": pred,
+              "next_sentence_positions": packs, "next_sentence_labels": packs,
+              "next_sentence_weights": packs}
+    return OrderedDict((name, FeatureSpec(kinds.get(name, "int64"), shapes.get(name, seq)))
+                       for name in PACKED_FEATURE_NAMES)
+
+
+@dataclass(frozen=True)
+class RecordLayout:
+    """What the records of a file hold: unpacked (one sequence a record) or packed, with the
+    tokens per record, the masked-LM slots per record and the sequence slots per record (1
+    unpacked)."""
+
+    packed: bool
+    max_seq_length: int
+    max_predictions: int
+    max_sequences: int = 1
+
+    @classmethod
+    def unpacked(cls, max_seq_length: int, max_predictions_per_seq: int) -> "RecordLayout":
+        """The layout create_pretraining_data writes with these flags."""
+        return cls(False, max_seq_length, max_predictions_per_seq)
+
+    def spec(self) -> "OrderedDict[str, FeatureSpec]":
+        """The feature spec of a record of this layout."""
+        if self.packed:
+            return packed_feature_spec(self.max_seq_length, self.max_predictions,
+                                       self.max_sequences)
+        return feature_spec(self.max_seq_length, self.max_predictions)
+
+    def describe(self) -> str:
+        """E.g. "packed rows of 512 tokens, 79 predictions, up to 3 sequences"."""
+        if self.packed:
+            return (f"packed rows of {self.max_seq_length} tokens, {self.max_predictions} "
+                    f"predictions, up to {self.max_sequences} sequences")
+        return (f"unpacked records of {self.max_seq_length} tokens, {self.max_predictions} "
+                "predictions")
+
+
+def record_layout(decoded: Mapping[str, tuple[str, object]]) -> RecordLayout:
+    """The layout of a record from `decode_example`, read off its features' lengths (packed
+    when it has `sequence_ids`); DecodeError when it lacks the features that set them."""
+    packed = "sequence_ids" in decoded
+    sizes = []
+    for name in ("input_ids", "masked_lm_positions") + (
+            ("next_sentence_labels",) if packed else ()):
+        kind, values = decoded.get(name, ("none", None))
+        if kind != "int64":
+            raise DecodeError(f"feature {name} is missing" if kind == "none" else
+                              f"feature {name} holds {kind} values, expected int64")
+        sizes.append(len(values))
+    return RecordLayout(packed, *sizes) if packed else RecordLayout(False, *sizes)
+
+
+def packed_row_problem(row: Mapping[str, np.ndarray]) -> str | None:
+    """Why the features of one packed row do not form a packed row (None: they do).
+
+    The row's sequence ids must be 1, 1, ..., 2, ..., k and then only 0 (padding), each
+    sequence's position ids must count from 0, its [CLS] must be at next_sentence_positions,
+    only the first k sequence slots may have weight, and each real prediction must point
+    into a sequence, in the sequences' order.
+    """
+    ids = np.asarray(row["sequence_ids"])
+    positions = np.asarray(row["position_ids"])
+    steps = np.diff(ids)
+    count = int(ids.max(initial=0))
+    if ids.size == 0 or ids[0] != 1:
+        return "sequence_ids must start with sequence 1"
+    if ((steps != 0) & (steps != 1) & ((steps != -count) | (ids[1:] != 0))).any() or \
+            ((ids[:-1] == 0) & (ids[1:] != 0)).any():
+        return "sequence_ids are not contiguous (1..k in order, then 0 for padding)"
+    starts = np.flatnonzero(np.diff(np.concatenate(([0], ids))) != 0)
+    starts = starts[ids[starts] != 0]
+    expected = np.arange(ids.size) - np.repeat(starts, np.diff(np.append(starts, ids.size)))
+    real = ids != 0
+    if (positions[real] != expected[real]).any():
+        return "position_ids do not restart at 0 with each sequence"
+    weights = np.asarray(row["next_sentence_weights"])
+    slots = np.asarray(row["next_sentence_positions"])
+    if weights.size < count or (weights[:count] != 1).any() or (weights[count:] != 0).any():
+        return (f"next_sentence_weights must be 1 for the row's {count} sequences and 0 "
+                "after them")
+    if (slots[:count] != starts).any():
+        return "next_sentence_positions do not point at each sequence's first token"
+    masked = np.asarray(row["masked_lm_positions"])[np.asarray(row["masked_lm_weights"]) != 0]
+    if ((masked < 0) | (masked >= ids.size)).any() or (ids[masked % ids.size] == 0).any():
+        return "a masked position lies outside the row's sequences"
+    if (np.diff(ids[masked]) < 0).any():
+        return "masked positions are not in the order of their sequences"
+    return None
+
+
+def tf_feature_spec(layout: RecordLayout) -> dict:
+    """The spec of `layout` as `{name: tf.io.FixedLenFeature}` for `tf.io.parse_example`."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     dtypes = {"int64": tf.int64, "float32": tf.float32}
     return {name: tf.io.FixedLenFeature(list(spec.shape), dtypes[spec.dtype])
-            for name, spec in feature_spec(max_seq_length, max_predictions_per_seq).items()}
+            for name, spec in layout.spec().items()}
 
 
 # ---- protobuf encoding --------------------------------------------------------------------------

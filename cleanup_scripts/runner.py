@@ -52,11 +52,13 @@ def shared_workers(nworker: int) -> Iterator[None]:
 
 
 def map_in_workers(function: Callable[[Item], Result], items: Sequence[Item], nworker: int,
-                   desc: str) -> list[Result]:
+                   desc: str, start_method: str = "fork") -> list[Result]:
     """Apply `function` to each item in up to `nworker` processes, in order, with a progress bar.
 
     `function` must be picklable (a module-level function). Returns results in item order.
-    Inside `shared_workers(nworker)` the shared pool does the work.
+    Inside `shared_workers(nworker)` the shared pool does the work. start_method "spawn" starts
+    fresh interpreters instead of forking this one: for work that imports TensorFlow, whose
+    threads do not survive a fork of a process that has imported it.
     """
     wanted = worker_count(nworker)
     nworker = min(wanted, max(1, len(items)))
@@ -68,9 +70,10 @@ def map_in_workers(function: Callable[[Item], Result], items: Sequence[Item], nw
                 results.append(function(item))
                 bar.update()
             return results
-        if _SharedPool.pool is not None and _SharedPool.size == wanted:
+        if start_method == "fork" and _SharedPool.pool is not None and \
+                _SharedPool.size == wanted:
             return _collect(_SharedPool.pool, function, items, bar)
-        with multiprocessing.get_context("fork").Pool(nworker) as pool:
+        with multiprocessing.get_context(start_method).Pool(nworker) as pool:
             return _collect(pool, function, items, bar)
     finally:
         bar.close()

@@ -16,7 +16,7 @@ import sys
 import numpy as np
 
 from benchmark import constants
-from cleanup_scripts.pretraining_features import read_records, tf_feature_spec
+from cleanup_scripts.pretraining_features import RecordLayout, read_records, tf_feature_spec
 
 BATCH = 256  # records parsed per TensorFlow call
 
@@ -28,7 +28,7 @@ def tfrecord_digest(path: str | os.PathLike, max_seq_length: int = constants.MAX
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
-    spec = tf_feature_spec(max_seq_length, max_predictions_per_seq)
+    spec = tf_feature_spec(RecordLayout.unpacked(max_seq_length, max_predictions_per_seq))
     names = sorted(spec)
     digest = hashlib.md5()
     count = 0

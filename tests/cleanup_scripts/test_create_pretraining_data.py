@@ -250,8 +250,8 @@ def test_vocabulary_of_more_than_65536_tokens(tmp_path):
     count = write_pretraining_data([str(text)], [str(output)], vocab_file=str(vocab),
                                    max_seq_length=32, max_predictions_per_seq=8, dupe_factor=3)
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from cleanup_scripts.pretraining_features import tf_feature_spec
-    parsed = [tf.io.parse_single_example(record, tf_feature_spec(32, 8))
+    from cleanup_scripts.pretraining_features import RecordLayout, tf_feature_spec
+    parsed = [tf.io.parse_single_example(record, tf_feature_spec(RecordLayout.unpacked(32, 8)))
               for record in tf.data.TFRecordDataset(str(output))]
     assert len(parsed) == count > 0
     ids = np.concatenate([example["input_ids"].numpy() for example in parsed])
