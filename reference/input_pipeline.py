@@ -17,6 +17,12 @@ once; padded with all-zero records up to a whole number of global batches. The e
 `example_weight` is 1.0 for real records and 0.0 for padding, so sums over padded batches equal
 sums over the real records.
 
+Records are unpacked (create_pretraining_data's) or packed (`cleanup_scripts.pack_pretraining_data`:
+several sequences a row); `detect_layout` reads which from the first record, and every file of a
+set must hold the same (`RecordLayout`). A packed eval set is evaluated by sequences: the rows
+that hold the first `num_sequences` sequences, the sequences after those in the last row
+weighted 0 (`count_packed`).
+
 Checking records (`check_first_records`, `check_all_records`, `find_bad_record`): each record's
 TFRecord framing (length, length CRC, data, data CRC) is verified in Python and its features
 parsed with the expected shapes, so that a damaged record is reported as one line naming the
@@ -42,14 +48,17 @@ import numpy as np
 import tensorflow as tf
 
 from benchmark.errors import UserError, one_line
-from cleanup_scripts.pretraining_features import (FramingError, feature_problem, feature_spec,
-                                                  framed_records, tf_feature_spec)
+from cleanup_scripts.pretraining_features import (DecodeError, FramingError, RecordLayout,
+                                                  decode_example, feature_problem,
+                                                  framed_records, packed_row_problem,
+                                                  record_layout, spec_problem, tf_feature_spec)
 
 EXAMPLE_WEIGHT = "example_weight"
 SHUFFLE_BUFFER = 1000  # records, as the MLCommons reference
 CYCLE_LENGTH = 4  # files read at once
 PARSE_CHUNK = 1024  # records parsed per TensorFlow call while checking
 CHECK_THREADS = 16  # files whose first record is checked at once (remote files: latency)
+SEQUENCES_SAMPLE_ROWS = 20_000  # packed rows read to find the mean sequences per row
 
 class InputError(UserError, ValueError):
     """Input files that cannot be used; the message is one line naming the file or pattern."""
@@ -84,25 +93,32 @@ class IdRanges:
     vocab_size: int
     type_vocab_size: int
 
-    def limits(self, max_seq_length: int) -> list[tuple[str, str, int, str]]:
+    def limits(self, layout: RecordLayout) -> list[tuple[str, str, int, str]]:
         """(feature, what its values are, the exclusive upper bound, where the bound comes
-        from) for every feature that indexes a table; every bound's lower end is 0."""
+        from) for every feature that indexes a table or a position; every bound's lower end
+        is 0."""
         vocab = f"vocab_size {self.vocab_size} of --bert_config_file"
-        return [("input_ids", "id", self.vocab_size, vocab),
-                ("segment_ids", "id", self.type_vocab_size,
-                 f"type_vocab_size {self.type_vocab_size} of --bert_config_file"),
-                ("masked_lm_positions", "position", max_seq_length,
-                 f"--max_seq_length={max_seq_length}"),
-                ("masked_lm_ids", "id", self.vocab_size, vocab),
-                ("next_sentence_labels", "label", 2, "2 (0 or 1)")]
+        seq = layout.max_seq_length
+        found = [("input_ids", "id", self.vocab_size, vocab),
+                 ("segment_ids", "id", self.type_vocab_size,
+                  f"type_vocab_size {self.type_vocab_size} of --bert_config_file"),
+                 ("masked_lm_positions", "position", seq, f"--max_seq_length={seq}"),
+                 ("masked_lm_ids", "id", self.vocab_size, vocab),
+                 ("next_sentence_labels", "label", 2, "2 (0 or 1)")]
+        if layout.packed:
+            found += [("sequence_ids", "sequence index", layout.max_sequences + 1,
+                       f"{layout.max_sequences + 1} (the row's sequence slots + 1)"),
+                      ("position_ids", "position", seq, f"--max_seq_length={seq}"),
+                      ("next_sentence_positions", "position", seq, f"--max_seq_length={seq}")]
+        return found
 
     def first_problem(self, columns: Mapping[str, np.ndarray],
-                      max_seq_length: int) -> tuple[int, str] | None:
+                      layout: RecordLayout) -> tuple[int, str] | None:
         """The first row of parsed feature columns ([records, length] arrays) holding a value
         out of range, with the problem (e.g. "input_ids has id 40000 >= vocab_size 30522 of
         --bert_config_file"); None if every value is in range."""
         found = None
-        for name, what, bound, source in self.limits(max_seq_length):
+        for name, what, bound, source in self.limits(layout):
             values = np.asarray(columns[name]).reshape(len(columns[name]), -1)
             rows = np.flatnonzero(((values < 0) | (values >= bound)).any(axis=1))
             if rows.size and (found is None or rows[0] < found[0]):
@@ -113,27 +129,26 @@ class IdRanges:
         return found
 
     def assert_in_range(self, features: dict[str, tf.Tensor],
-                        max_seq_length: int) -> dict[str, tf.Tensor]:
+                        layout: RecordLayout) -> dict[str, tf.Tensor]:
         """`features` behind an assertion that fails (InvalidArgumentError naming the feature)
         when any value of a batch is out of range."""
         checks = [tf.debugging.Assert(
             tf.reduce_all((features[name] >= 0) & (features[name] < bound)),
             [f"{name} holds a {what} outside [0, {bound})"])
-            for name, what, bound, _ in self.limits(max_seq_length)]
+            for name, what, bound, _ in self.limits(layout)]
         with tf.control_dependencies(checks):
             return {name: tf.identity(value) for name, value in features.items()}
 
 
-def parse_batch(serialized: tf.Tensor, max_seq_length: int, max_predictions_per_seq: int,
+def parse_batch(serialized: tf.Tensor, layout: RecordLayout,
                 id_ranges: IdRanges | None = None) -> dict[str, tf.Tensor]:
-    """Parse a [B] batch of serialized examples; int64 features become int32.
+    """Parse a [B] batch of serialized examples of `layout`; int64 features become int32.
 
     id_ranges: assert that every id is in range (see `IdRanges.assert_in_range`).
     """
-    features = tf.io.parse_example(serialized,
-                                   tf_feature_spec(max_seq_length, max_predictions_per_seq))
+    features = tf.io.parse_example(serialized, tf_feature_spec(layout))
     if id_ranges is not None:
-        features = id_ranges.assert_in_range(features, max_seq_length)
+        features = id_ranges.assert_in_range(features, layout)
     return {name: tf.cast(value, tf.int32) if value.dtype == tf.int64 else value
             for name, value in features.items()}
 
@@ -163,47 +178,68 @@ def _framed_records(path: str) -> Iterator[bytes]:
         raise FramingError(0, f"cannot read ({one_line(err)})") from err
 
 
-def _first_unparsable(path: str, first_index: int, records: list[bytes], max_seq_length: int,
-                      max_predictions_per_seq: int) -> BadRecord | None:
+def _record_problem(data: bytes, layout: RecordLayout) -> str | None:
+    """Why one serialized record does not fit `layout` (None: it fits); unpacked records name
+    the flag that sets a wrong length."""
+    if not layout.packed:
+        return feature_problem(data, layout.max_seq_length, layout.max_predictions)
+    try:
+        return spec_problem(decode_example(data), layout.spec())
+    except DecodeError as err:
+        return f"not a tf.train.Example ({err})"
+
+
+def _first_unparsable(path: str, first_index: int, records: list[bytes],
+                      layout: RecordLayout) -> BadRecord | None:
     """The first of `records` (indices first_index, first_index + 1, ... of `path`) that
     TensorFlow cannot parse with the expected shapes, or None (one parse per record: for
     records known to hold one that does not parse)."""
-    spec = tf_feature_spec(max_seq_length, max_predictions_per_seq)
+    spec = tf_feature_spec(layout)
     for offset, data in enumerate(records):
         try:
             tf.io.parse_example(tf.constant([data]), spec)
         except tf.errors.InvalidArgumentError as err:
-            problem = feature_problem(data, max_seq_length, max_predictions_per_seq)
-            return BadRecord(path, first_index + offset,
-                             problem or f"does not parse ({one_line(err)})")
+            return BadRecord(path, first_index + offset, _record_problem(data, layout)
+                             or f"does not parse ({one_line(err)})")
     return None
 
 
-def _bad_in_chunk(path: str, first_index: int, records: list[bytes], max_seq_length: int,
-                  max_predictions_per_seq: int,
+def _bad_packed_row(columns: Mapping[str, np.ndarray]) -> tuple[int, str] | None:
+    """The first packed row of parsed columns whose structure is wrong, with the problem."""
+    for row in range(len(columns["sequence_ids"])):
+        problem = packed_row_problem({name: values[row] for name, values in columns.items()})
+        if problem:
+            return row, problem
+    return None
+
+
+def _bad_in_chunk(path: str, first_index: int, records: list[bytes], layout: RecordLayout,
                   id_ranges: IdRanges | None = None) -> BadRecord | None:
     """The first of `records` (indices first_index, first_index + 1, ... of `path`) that does
-    not parse with the expected shapes or, given id_ranges, holds a value out of range."""
-    spec = tf_feature_spec(max_seq_length, max_predictions_per_seq)
+    not parse with the expected shapes, is not a well-formed packed row (packed layouts) or,
+    given id_ranges, holds a value out of range."""
+    spec = tf_feature_spec(layout)
     try:
         columns = tf.io.parse_example(tf.constant(records), spec)
         bad = None
     except tf.errors.InvalidArgumentError:
-        bad = _first_unparsable(path, first_index, records, max_seq_length,
-                                max_predictions_per_seq)
+        bad = _first_unparsable(path, first_index, records, layout)
         records = records[:bad.index - first_index] if bad else []  # those before it parse
         columns = tf.io.parse_example(tf.constant(records), spec) \
-            if records and id_ranges else None
-    if id_ranges is not None and records:
-        found = id_ranges.first_problem({name: value.numpy() for name, value in columns.items()},
-                                        max_seq_length)
+            if records and (id_ranges or layout.packed) else None
+    if records and (id_ranges is not None or layout.packed):
+        arrays = {name: value.numpy() for name, value in columns.items()}
+        found = [problem for problem in (
+            id_ranges.first_problem(arrays, layout) if id_ranges else None,
+            _bad_packed_row(arrays) if layout.packed else None) if problem]
         if found:
-            return BadRecord(path, first_index + found[0], found[1])
+            row, problem = min(found)
+            return BadRecord(path, first_index + row, problem)
     return bad
 
 
-def _scan_file(path: str, max_seq_length: int, max_predictions_per_seq: int,
-               limit: int | None, id_ranges: IdRanges | None) -> tuple[int, BadRecord | None]:
+def _scan_file(path: str, layout: RecordLayout, limit: int | None,
+               id_ranges: IdRanges | None) -> tuple[int, BadRecord | None]:
     """Check the first `limit` records of one file (all of them if None).
 
     Returns (records read, the first bad record or None); reading stops at the first bad one.
@@ -215,8 +251,7 @@ def _scan_file(path: str, max_seq_length: int, max_predictions_per_seq: int,
             chunk.append(data)
             count += 1
             if len(chunk) == PARSE_CHUNK:
-                bad = _bad_in_chunk(path, count - len(chunk), chunk, max_seq_length,
-                                    max_predictions_per_seq, id_ranges)
+                bad = _bad_in_chunk(path, count - len(chunk), chunk, layout, id_ranges)
                 if bad:
                     return count, bad
                 chunk = []
@@ -224,46 +259,42 @@ def _scan_file(path: str, max_seq_length: int, max_predictions_per_seq: int,
         damaged = BadRecord(path, err.index, err.problem)
     finally:
         records.close()
-    bad = _bad_in_chunk(path, count - len(chunk), chunk, max_seq_length,
-                        max_predictions_per_seq, id_ranges) if chunk else None
+    bad = _bad_in_chunk(path, count - len(chunk), chunk, layout, id_ranges) if chunk else None
     return count, bad or damaged
 
 
-def _scan(files: list[str], max_seq_length: int, max_predictions_per_seq: int,
-          limit: int | None, id_ranges: IdRanges | None) -> tuple[int, BadRecord | None]:
+def _scan(files: list[str], layout: RecordLayout, limit: int | None,
+          id_ranges: IdRanges | None) -> tuple[int, BadRecord | None]:
     """Check the first `limit` records of `files` in order (all if None): (records, bad)."""
     total = 0
     for path in files:
         remaining = None if limit is None else limit - total
         if remaining == 0:
             break
-        count, bad = _scan_file(path, max_seq_length, max_predictions_per_seq, remaining,
-                                id_ranges)
+        count, bad = _scan_file(path, layout, remaining, id_ranges)
         total += count
         if bad:
             return total, bad
     return total, None
 
 
-def find_bad_record(files: list[str], max_seq_length: int, max_predictions_per_seq: int,
-                    limit: int | None = None,
+def find_bad_record(files: list[str], layout: RecordLayout, limit: int | None = None,
                     id_ranges: IdRanges | None = None) -> BadRecord | None:
     """The first record of `files` (read in order; the first `limit` records in all, or every
-    record) that is truncated, fails a CRC, does not parse with the expected shapes or, given
-    id_ranges, holds an id out of range."""
-    return _scan(files, max_seq_length, max_predictions_per_seq, limit, id_ranges)[1]
+    record) that is truncated, fails a CRC, does not parse with the layout's shapes, is not a
+    well-formed packed row or, given id_ranges, holds an id out of range."""
+    return _scan(files, layout, limit, id_ranges)[1]
 
 
-def check_all_records(files: list[str], max_seq_length: int, max_predictions_per_seq: int,
-                      flag: str, limit: int | None = None,
-                      id_ranges: IdRanges | None = None) -> int:
+def check_all_records(files: list[str], layout: RecordLayout, flag: str,
+                      limit: int | None = None, id_ranges: IdRanges | None = None) -> int:
     """Check the first `limit` records of `files` in order (every record if None), their ids
     too if id_ranges is given.
 
     Returns the number of records checked (fewer than `limit` when the files hold fewer).
     Raises InputError "<flag>: <file>: record <i>: <problem>", or when there are no records.
     """
-    count, bad = _scan(files, max_seq_length, max_predictions_per_seq, limit, id_ranges)
+    count, bad = _scan(files, layout, limit, id_ranges)
     if bad:
         raise InputError(f"{flag}: {bad}")
     if not count:
@@ -272,41 +303,127 @@ def check_all_records(files: list[str], max_seq_length: int, max_predictions_per
     return count
 
 
-def _first_record_error(path: str, max_seq_length: int, max_predictions_per_seq: int,
-                        flag: str, id_ranges: IdRanges | None) -> str | None:
-    """The InputError message for a file whose first record is missing or unusable, or None."""
+def _first_record(path: str, flag: str) -> bytes:
+    """The first record of `path`; InputError when it is damaged or the file holds none."""
     records = _framed_records(path)
     try:
         first = next(records, None)
     except FramingError as err:
-        return f"{flag}: {BadRecord(path, err.index, err.problem)}"
+        raise InputError(f"{flag}: {BadRecord(path, err.index, err.problem)}") from err
     finally:
         records.close()
     if first is None:
-        return f"{flag}: {path}: holds no records"
-    bad = _bad_in_chunk(path, 0, [first], max_seq_length, max_predictions_per_seq)
+        raise InputError(f"{flag}: {path}: holds no records")
+    return first
+
+
+def detect_layout(files: list[str], max_seq_length: int, max_predictions_per_seq: int,
+                  flag: str = "--input_file") -> RecordLayout:
+    """The layout of `files`, read off the first record of the first file: packed rows (their
+    sizes from the record; the rows must be --max_seq_length tokens long) or unpacked records
+    (of the flags' sizes, which `check_first_records` then holds every file to).
+
+    Raises InputError (one line naming the file) for a first record that is damaged or
+    missing, or packed rows of another length than --max_seq_length.
+    """
+    path = files[0]
+    first = _first_record(path, flag)
+    try:
+        found = record_layout(decode_example(first))
+    except DecodeError:
+        found = None  # not an Example: check_first_records names the problem
+    if found is None or not found.packed:
+        return RecordLayout.unpacked(max_seq_length, max_predictions_per_seq)
+    if found.max_seq_length != max_seq_length:
+        raise InputError(f"{flag}: {path}: packed rows of {found.max_seq_length} tokens, "
+                         f"but --max_seq_length={max_seq_length}")
+    return found
+
+
+def _first_record_error(path: str, layout: RecordLayout, flag: str,
+                        id_ranges: IdRanges | None) -> str | None:
+    """The InputError message for a file whose first record is missing or unusable, or None."""
+    try:
+        first = _first_record(path, flag)
+    except InputError as err:
+        return str(err)
+    try:
+        found = record_layout(decode_example(first))
+    except DecodeError:
+        found = None
+    if found is not None and found.packed != layout.packed:
+        return (f"{flag}: {path}: {'packed' if found.packed else 'unpacked'} records among "
+                f"{'packed' if layout.packed else 'unpacked'} ones: a set of files must be all "
+                "packed or all unpacked")
+    bad = _bad_in_chunk(path, 0, [first], layout)
+    if bad and not layout.packed:
+        return (f"{flag}: {path}: records do not match --max_seq_length={layout.max_seq_length} "
+                f"--max_predictions_per_seq={layout.max_predictions} (record 0: {bad.problem})")
     if bad:
-        return (f"{flag}: {path}: records do not match --max_seq_length={max_seq_length} "
-                f"--max_predictions_per_seq={max_predictions_per_seq} (record 0: {bad.problem})")
-    bad = id_ranges and _bad_in_chunk(path, 0, [first], max_seq_length,
-                                      max_predictions_per_seq, id_ranges)
+        return f"{flag}: {path}: not {layout.describe()} (record 0: {bad.problem})"
+    bad = id_ranges and _bad_in_chunk(path, 0, [first], layout, id_ranges)
     return f"{flag}: {bad}" if bad else None
 
 
-def check_first_records(files: list[str], max_seq_length: int, max_predictions_per_seq: int,
-                        flag: str = "--input_file", id_ranges: IdRanges | None = None) -> None:
+def check_first_records(files: list[str], layout: RecordLayout, flag: str = "--input_file",
+                        id_ranges: IdRanges | None = None) -> None:
     """Read and parse the first record of every file (several files at once), and check its
     ids if id_ranges is given.
 
     Raises InputError (one line, the first failing file in order) when a file holds no records
-    or its first record is damaged, of other shapes or holds an id out of range.
+    or its first record is damaged, of another layout or shapes, or holds an id out of range.
     """
     with ThreadPoolExecutor(max_workers=max(1, min(CHECK_THREADS, len(files)))) as pool:
-        errors = pool.map(lambda path: _first_record_error(
-            path, max_seq_length, max_predictions_per_seq, flag, id_ranges), files)
+        errors = pool.map(lambda path: _first_record_error(path, layout, flag, id_ranges),
+                          files)
         message = next((error for error in errors if error), None)
     if message:
         raise InputError(message)
+
+
+@dataclass(frozen=True)
+class PackedCount:
+    """A packed eval set cut at a number of sequences: the rows read, the sequences they hold
+    up to the cut, and how many sequences of the last row count (its others weigh 0)."""
+
+    rows: int
+    sequences: int
+    last_row_sequences: int
+
+
+def count_packed(files: list[str], layout: RecordLayout, limit: int | None = None,
+                 max_rows: int | None = None) -> PackedCount:
+    """The rows of packed `files` (read in order) that hold their first `limit` sequences (all
+    if None), read no further than `max_rows` rows; counted from next_sentence_weights."""
+    spec = {"next_sentence_weights": tf_feature_spec(layout)["next_sentence_weights"]}
+    rows = sequences = last = 0
+    for path in files:
+        records = _framed_records(path)
+        try:
+            while chunk := list(itertools.islice(
+                    records, PARSE_CHUNK if max_rows is None else min(PARSE_CHUNK,
+                                                                      max_rows - rows))):
+                counts = tf.io.parse_example(tf.constant(chunk), spec)[
+                    "next_sentence_weights"].numpy().sum(axis=1).astype(np.int64)
+                totals = sequences + np.cumsum(counts)
+                if limit is not None and totals[-1] >= limit:
+                    end = int(np.searchsorted(totals, limit))
+                    before = int(totals[end - 1]) if end else sequences
+                    return PackedCount(rows + end + 1, limit, limit - before)
+                rows, sequences, last = rows + len(chunk), int(totals[-1]), int(counts[-1])
+        except FramingError as err:
+            raise InputError(f"{BadRecord(path, err.index, err.problem)}") from err
+        finally:
+            records.close()
+    return PackedCount(rows, sequences, last)
+
+
+def mean_sequences_per_row(files: list[str], layout: RecordLayout,
+                           rows: int = SEQUENCES_SAMPLE_ROWS) -> float:
+    """Sequences per row over the first `rows` rows of packed `files` in order (every row of
+    a smaller set; the packer shuffles its rows, so the first ones are a fair sample)."""
+    counted = count_packed(files, layout, max_rows=rows)
+    return counted.sequences / max(counted.rows, 1)
 
 
 def _pipelines(input_context) -> tuple[int, int]:
@@ -315,8 +432,8 @@ def _pipelines(input_context) -> tuple[int, int]:
     return input_context.num_input_pipelines, input_context.input_pipeline_id
 
 
-def train_dataset(files: list[str], batch_size: int, max_seq_length: int,
-                  max_predictions_per_seq: int, seed: int, steps_per_update: int = 1,
+def train_dataset(files: list[str], batch_size: int, layout: RecordLayout, seed: int,
+                  steps_per_update: int = 1,
                   input_context: tf.distribute.InputContext | None = None,
                   shuffle_buffer: int = SHUFFLE_BUFFER, skip_batches: int = 0,
                   id_ranges: IdRanges | None = None) -> tf.data.Dataset:
@@ -324,8 +441,8 @@ def train_dataset(files: list[str], batch_size: int, max_seq_length: int,
 
     Args:
       files: TFRecord files.
-      batch_size: records per replica per micro-step.
-      max_seq_length, max_predictions_per_seq: the records' shapes.
+      batch_size: records (packed: rows) per replica per micro-step.
+      layout: the records' layout and shapes.
       seed: seeds the file and record shuffles (same seed, same order).
       steps_per_update: micro-batches per optimizer update; with n > 1 each element holds n
         micro-batches stacked on a new leading axis ([n, batch_size, ...]).
@@ -357,12 +474,24 @@ def train_dataset(files: list[str], batch_size: int, max_seq_length: int,
     if skip_batches:
         dataset = dataset.skip(skip_batches * batch_size)
     dataset = dataset.batch(batch_size, drop_remainder=True)
-    dataset = dataset.map(lambda r: parse_batch(r, max_seq_length, max_predictions_per_seq,
-                                                id_ranges),
+    dataset = dataset.map(lambda r: parse_batch(r, layout, id_ranges),
                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if steps_per_update > 1:
         dataset = dataset.batch(steps_per_update, drop_remainder=True)
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _cut_row(features: dict[str, tf.Tensor], keep: tf.Tensor) -> dict[str, tf.Tensor]:
+    """A packed row whose sequences after the first `keep` weigh 0 (masked LM and next
+    sentence)."""
+    keep = tf.cast(keep, tf.int32)
+    slots = tf.range(tf.shape(features["next_sentence_weights"])[0])
+    owner = tf.gather(features["sequence_ids"], features["masked_lm_positions"])
+    return {**features,
+            "next_sentence_weights": features["next_sentence_weights"] * tf.cast(
+                slots < keep, tf.float32),
+            "masked_lm_weights": features["masked_lm_weights"] * tf.cast(owner <= keep,
+                                                                         tf.float32)}
 
 
 def padded_eval_size(num_records: int, global_batch_size: int) -> int:
@@ -371,16 +500,21 @@ def padded_eval_size(num_records: int, global_batch_size: int) -> int:
 
 
 def eval_dataset(files: list[str], batch_size: int, num_records: int, padded_records: int,
-                 max_seq_length: int, max_predictions_per_seq: int,
-                 input_context: tf.distribute.InputContext | None = None) -> tf.data.Dataset:
+                 layout: RecordLayout,
+                 input_context: tf.distribute.InputContext | None = None,
+                 last_row_sequences: int | None = None) -> tf.data.Dataset:
     """One pass over the first `num_records` records, padded to `padded_records`.
 
     Args:
       files: TFRecord files, read in order.
       batch_size: records per replica per step.
-      num_records: real records to evaluate (the first ones).
+      num_records: real records to evaluate (the first ones; packed: rows).
       padded_records: total after padding; a multiple of the global batch size.
+      layout: the records' layout and shapes.
       input_context: as for `train_dataset`; records are dealt round-robin to the pipelines.
+      last_row_sequences: packed layouts: how many sequences of the last real row are
+        evaluated (`count_packed`); the masked-LM and next-sentence weights of its others are
+        set to 0. None: all.
 
     Returns:
       Dataset of feature dicts [batch_size, ...] with the extra float feature
@@ -388,10 +522,13 @@ def eval_dataset(files: list[str], batch_size: int, num_records: int, padded_rec
     """
     num_pipelines, pipeline_id = _pipelines(input_context)
     records = tf.data.TFRecordDataset(files).take(num_records)
-    real = records.batch(256).map(
-        lambda r: parse_batch(r, max_seq_length, max_predictions_per_seq)).unbatch()
+    real = records.batch(256).map(lambda r: parse_batch(r, layout)).unbatch()
     real = real.map(lambda f: {**f, EXAMPLE_WEIGHT: tf.constant(1.0)})
-    spec = tf_feature_spec(max_seq_length, max_predictions_per_seq)
+    if layout.packed and last_row_sequences is not None:
+        real = real.enumerate().map(lambda index, features: _cut_row(
+            features, tf.where(index == num_records - 1, last_row_sequences,
+                               layout.max_sequences)))
+    spec = tf_feature_spec(layout)
     blank = {name: tf.zeros(feature.shape, tf.float32 if feature.dtype == tf.float32
                             else tf.int32) for name, feature in spec.items()}
     blank[EXAMPLE_WEIGHT] = tf.constant(0.0)

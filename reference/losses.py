@@ -6,6 +6,14 @@ Training loss (per batch):
   next_sentence_loss = mean over examples of the 2-way cross-entropy
   total_loss         = masked_lm_loss + next_sentence_loss
 
+Packed rows (features `next_sentence_weights` [B, K] and `sequence_ids`): the losses are
+normalised over the sequences of the whole update, not the micro-batch, because rows hold
+different numbers of sequences. The caller passes `totals` (the update's sum of
+masked_lm_weights and number of sequences over every replica and micro-batch) and `share`
+(replicas x micro-batches, by which it will average): each micro-batch's loss is then
+share x [sum(w * ce) / (W + 1e-5) + sum over its sequences of next-sentence ce / N], whose
+average is exactly the loss of one unpacked batch of the update's sequences.
+
 Evaluation metrics (accumulated over all eval batches, then divided; `EvalMetrics`):
   masked_lm_accuracy     = sum(w * [argmax == label]) / sum(w)     (the benchmark's target)
   masked_lm_loss         = sum(w * ce) / sum(w)                    (no 1e-5 here)
@@ -98,7 +106,8 @@ def _flat(tensor: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
 
 def masked_lm_loss(hidden: tf.Tensor, table: tf.Tensor, bias: tf.Tensor, label_ids: tf.Tensor,
                    label_weights: tf.Tensor, gradient_scale: tf.Tensor | float = 1.0,
-                   block_rows: int = MASKED_LM_BLOCK_ROWS) -> tf.Tensor:
+                   block_rows: int = MASKED_LM_BLOCK_ROWS,
+                   denominator: tf.Tensor | None = None) -> tf.Tensor:
     """The training masked-LM loss sum(w * ce) / (sum(w) + 1e-5), a float32 scalar (nats), of the
     logits hidden @ table^T + bias.
 
@@ -112,6 +121,8 @@ def masked_lm_loss(hidden: tf.Tensor, table: tf.Tensor, bias: tf.Tensor, label_i
         loss scale; 1 otherwise). The gradients are formed at that scale in hidden's dtype, so
         float16 gradients do not underflow.
       block_rows: the most rows whose logits are formed at once (0: all).
+      denominator: what sum(w * ce) is divided by instead of sum(w) + 1e-5 (packed rows: the
+        update's, module docstring).
 
     The gradients for hidden, table and bias are computed with the loss, one block of rows at a
     time (the loss is a scalar: the gradient for an upstream value d is d / gradient_scale times
@@ -121,7 +132,8 @@ def masked_lm_loss(hidden: tf.Tensor, table: tf.Tensor, bias: tf.Tensor, label_i
     """
     ids = _flat(label_ids, tf.int32)
     weights = _flat(label_weights, tf.float32)
-    denominator = tf.reduce_sum(weights) + MASKED_LM_DENOMINATOR_EPSILON
+    if denominator is None:
+        denominator = tf.reduce_sum(weights) + MASKED_LM_DENOMINATOR_EPSILON
     scale = tf.cast(gradient_scale, tf.float32)
     d_ce = (scale / denominator) * weights  # d (scale * loss) / d ce
 
@@ -180,10 +192,10 @@ def next_sentence_example_loss(logits: tf.Tensor, labels: tf.Tensor) -> tf.Tenso
     """Cross-entropy of each next-sentence prediction.
 
     Args: logits [B, 2] float (cast to float32); labels [B, 1] or [B] int (0 = next sentence,
-      1 = random).
-    Returns: [B] float32, in nats.
+      1 = random). Packed rows: logits [B, K, 2] and labels [B, K], read as B * K predictions.
+    Returns: [B] (packed: [B * K]) float32, in nats.
     """
-    log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
+    log_probs = tf.nn.log_softmax(tf.reshape(tf.cast(logits, tf.float32), [-1, 2]), axis=-1)
     one_hot = tf.one_hot(_flat(labels, tf.int32), depth=2, dtype=tf.float32)
     return -tf.reduce_sum(one_hot * log_probs, axis=-1)
 
@@ -200,8 +212,10 @@ def _head(outputs: Mapping[str, tf.Tensor]) -> list[tf.Tensor]:
 
 def pretraining_losses(outputs: Mapping[str, tf.Tensor], features: Mapping[str, tf.Tensor],
                        gradient_scale: tf.Tensor | float = 1.0,
-                       block_rows: int = MASKED_LM_BLOCK_ROWS) -> dict[str, tf.Tensor]:
-    """The MLCommons reference's training losses for one batch.
+                       block_rows: int = MASKED_LM_BLOCK_ROWS, totals: tf.Tensor | None = None,
+                       share: int = 1) -> dict[str, tf.Tensor]:
+    """The MLCommons reference's training losses for one batch (packed rows: this batch's part
+    of the update's loss, module docstring).
 
     Args:
       outputs: the model's outputs ("masked_lm_hidden", "masked_lm_output_weights",
@@ -210,14 +224,31 @@ def pretraining_losses(outputs: Mapping[str, tf.Tensor], features: Mapping[str, 
       gradient_scale: the factor the caller scales total_loss by before differentiating (the
         fp16 loss scale), see `masked_lm_loss`.
       block_rows: the most masked-LM rows whose logits are formed at once (0: all).
+      totals: packed rows: [2] float32, the update's sum of masked_lm_weights and its number of
+        sequences (all replicas and micro-batches); share: replicas x micro-batches.
 
     Returns:
       {"total_loss", "masked_lm_loss", "next_sentence_loss"}: float32 scalars; the optimizer
       minimises total_loss.
     """
+    if "next_sentence_weights" not in features:
+        mlm = masked_lm_loss(*_head(outputs), features["masked_lm_ids"],
+                             features["masked_lm_weights"], gradient_scale, block_rows)
+        nsp = next_sentence_loss(outputs["next_sentence_logits"],
+                                 features["next_sentence_labels"])
+        return {"total_loss": mlm + nsp, "masked_lm_loss": mlm, "next_sentence_loss": nsp}
+    if totals is None:  # one batch is the whole update
+        totals = tf.stack([tf.reduce_sum(tf.cast(features["masked_lm_weights"], tf.float32)),
+                           tf.reduce_sum(tf.cast(features["next_sentence_weights"],
+                                                 tf.float32))])
+    share = float(share)
     mlm = masked_lm_loss(*_head(outputs), features["masked_lm_ids"],
-                         features["masked_lm_weights"], gradient_scale, block_rows)
-    nsp = next_sentence_loss(outputs["next_sentence_logits"], features["next_sentence_labels"])
+                         features["masked_lm_weights"], gradient_scale, block_rows,
+                         denominator=(totals[0] + MASKED_LM_DENOMINATOR_EPSILON) / share)
+    nsp_ce = next_sentence_example_loss(outputs["next_sentence_logits"],
+                                        features["next_sentence_labels"])
+    nsp = tf.reduce_sum(nsp_ce * _flat(features["next_sentence_weights"], tf.float32)) * (
+        share / tf.maximum(totals[1], 1.0))
     return {"total_loss": mlm + nsp, "masked_lm_loss": mlm, "next_sentence_loss": nsp}
 
 
@@ -242,19 +273,21 @@ def metric_sums(outputs: Mapping[str, tf.Tensor],
     mlm_ids = _flat(features["masked_lm_ids"], tf.int32)
     weights = _flat(features["masked_lm_weights"], tf.float32)
 
-    nsp_logits = tf.cast(outputs["next_sentence_logits"], tf.float32)
+    nsp_logits = tf.reshape(tf.cast(outputs["next_sentence_logits"], tf.float32), [-1, 2])
     nsp_pred = tf.argmax(tf.nn.log_softmax(nsp_logits, axis=-1), axis=-1, output_type=tf.int32)
     nsp_labels = _flat(features["next_sentence_labels"], tf.int32)
     nsp_ce = next_sentence_example_loss(nsp_logits, features["next_sentence_labels"])
     nsp_correct = tf.cast(tf.equal(nsp_pred, nsp_labels), tf.float32)
-    if example_weights is None:
-        nsp_count = tf.cast(tf.size(nsp_labels), tf.float32)
-    else:
+    # Each next-sentence prediction's weight: packed rows weigh their sequence slots.
+    nsp_weights = _flat(features["next_sentence_weights"], tf.float32) \
+        if "next_sentence_weights" in features else tf.ones_like(nsp_ce)
+    if example_weights is not None:
         real = tf.reshape(tf.cast(example_weights, tf.float32), [-1])
-        predictions = tf.shape(weights)[0] // tf.maximum(tf.shape(real)[0], 1)
-        weights = weights * tf.repeat(real, predictions)
-        nsp_correct, nsp_ce = nsp_correct * real, nsp_ce * real
-        nsp_count = tf.reduce_sum(real)
+        rows = tf.maximum(tf.shape(real)[0], 1)
+        weights = weights * tf.repeat(real, tf.shape(weights)[0] // rows)
+        nsp_weights = nsp_weights * tf.repeat(real, tf.shape(nsp_weights)[0] // rows)
+    nsp_correct, nsp_ce = nsp_correct * nsp_weights, nsp_ce * nsp_weights
+    nsp_count = tf.reduce_sum(nsp_weights)
     return {
         "masked_lm_correct": tf.reduce_sum(tf.cast(tf.equal(mlm_pred, mlm_ids), tf.float32)
                                            * weights),

@@ -12,6 +12,12 @@ same weights give the same numbers (to float32 rounding):
   attention dropout; output projection + dropout + residual + LayerNorm; intermediate dense with
   the tanh form of GELU; output dense + dropout + residual + LayerNorm (post-LN);
 - pooler: tanh dense on the [CLS] (first) position;
+- packed rows (features `sequence_ids`, `position_ids`, `next_sentence_positions`; see
+  `cleanup_scripts.pretraining_features`): each token attends only to the tokens of its own
+  sequence (a block-diagonal mask of -10000 elsewhere, the reference's value for padding), the
+  position embeddings are looked up by position_ids (restarting at 0 with each sequence), and
+  the pooler and next-sentence head run on every sequence's [CLS], so a sequence's outputs are
+  those of the same sequence alone in an unpacked row (to float rounding);
 - masked-LM head: dense + GELU + LayerNorm on the gathered positions, logits = product with the
   word-embedding table (tied) + output bias;
 - next-sentence head: dense with 2 outputs on the pooled output.
@@ -135,10 +141,24 @@ class DenseReadEmbedding(nlp_layers.OnDeviceEmbedding):
         return tf.reshape(rows, _batch_dims(inputs) + [self._embedding_width])
 
 
+class RowPositionEmbedding(nlp_layers.PositionEmbedding):
+    """`PositionEmbedding` that also looks rows up by explicit position ids (packed rows).
+
+    Call: (inputs [B, S, width], position_ids [B, S] int32 or None) -> [B, S, width]: the
+    table's first S rows broadcast over the batch (None), or the rows at position_ids.
+    """
+
+    def call(self, inputs, position_ids=None):  # pylint: disable=arguments-differ
+        if position_ids is None:
+            return super().call(inputs)
+        return tf.gather(tf.convert_to_tensor(self._position_embeddings), position_ids)
+
+
 class BertEmbeddings(tf_keras.layers.Layer):
     """Word + token-type + position embeddings, LayerNorm and dropout.
 
-    Call: (input_ids [B, S] int32, segment_ids [B, S] int32, training) -> [B, S, hidden] float32.
+    Call: (input_ids [B, S] int32, segment_ids [B, S] int32, training, position_ids [B, S] int32
+    or None: positions 0..S-1) -> [B, S, hidden] float32.
     """
 
     def __init__(self, config: BertConfig, **kwargs):
@@ -150,20 +170,20 @@ class BertEmbeddings(tf_keras.layers.Layer):
         self.token_type_embeddings = nlp_layers.OnDeviceEmbedding(
             config.type_vocab_size, config.hidden_size, initializer=_initializer(config),
             use_one_hot=True, name="token_type_embeddings")
-        self.position_embeddings = nlp_layers.PositionEmbedding(
+        self.position_embeddings = RowPositionEmbedding(
             max_length=config.max_position_embeddings, initializer=_initializer(config),
             name="position_embeddings")
         self.layer_norm = _layer_norm("LayerNorm")
         self.dropout = tf_keras.layers.Dropout(config.hidden_dropout_prob)
 
-    def call(self, input_ids, segment_ids, training=None):
+    def call(self, input_ids, segment_ids, training=None, position_ids=None):
         seq_length = input_ids.shape[1]
         if seq_length is not None and seq_length > self._max_positions:
             raise ValueError(f"sequence length {seq_length} exceeds max_position_embeddings "
                              f"{self._max_positions}")
         output = self.word_embeddings(input_ids)
         output = output + self.token_type_embeddings(segment_ids)
-        output = output + self.position_embeddings(output)
+        output = output + self.position_embeddings(output, position_ids)
         output = self.layer_norm(output)
         return self.dropout(output, training=training)
 
@@ -296,6 +316,14 @@ def attention_adder(input_mask: tf.Tensor) -> tf.Tensor:
     return (1.0 - to_mask) * MASKED_SCORE_ADDER
 
 
+def packed_attention_adder(sequence_ids: tf.Tensor) -> tf.Tensor:
+    """Additive attention mask of packed rows from [B, S] sequence ids (0 padding): [B, 1, S, S],
+    0 where the key is a token of the query's own sequence, -10000 elsewhere."""
+    same = tf.equal(sequence_ids[:, :, tf.newaxis], sequence_ids[:, tf.newaxis, :]) & \
+        (sequence_ids[:, tf.newaxis, :] > 0)
+    return (1.0 - tf.cast(same, tf.float32))[:, tf.newaxis] * MASKED_SCORE_ADDER
+
+
 def _recomputed(layer: TransformerLayer, inputs: tf.Tensor, score_adder: tf.Tensor) -> tf.Tensor:
     """`layer(inputs, score_adder, training=True)` under tf.recompute_grad: the backward pass
     runs the layer again from `inputs` instead of keeping its activations (attention scores,
@@ -308,8 +336,10 @@ def _recomputed(layer: TransformerLayer, inputs: tf.Tensor, score_adder: tf.Tens
 class BertEncoder(tf_keras.layers.Layer):
     """Embeddings, the transformer stack and the pooler (the MLCommons reference's `bert` scope).
 
-    Call: (input_ids, input_mask, segment_ids: [B, S] int32; training)
-      -> (sequence_output [B, S, hidden], pooled_output [B, hidden]).
+    Call: (input_ids, input_mask, segment_ids: [B, S] int32; training; packed rows also
+      sequence_ids, position_ids [B, S] and cls_positions [B, K] int32)
+      -> (sequence_output [B, S, hidden], pooled_output [B, hidden]; packed rows: the pooled
+      output of each [CLS], [B, K, hidden]).
     """
 
     def __init__(self, config: BertConfig, recompute_layers: bool = False, **kwargs):
@@ -322,16 +352,20 @@ class BertEncoder(tf_keras.layers.Layer):
                                             kernel_initializer=_initializer(config),
                                             name="pooler/dense")
 
-    def call(self, input_ids, input_mask, segment_ids, training=None):
-        output = self.embeddings(input_ids, segment_ids, training=training)
-        adder = attention_adder(input_mask)
+    def call(self, input_ids, input_mask, segment_ids, training=None, sequence_ids=None,
+             position_ids=None, cls_positions=None):
+        output = self.embeddings(input_ids, segment_ids, training=training,
+                                 position_ids=position_ids)
+        adder = attention_adder(input_mask) if sequence_ids is None else \
+            packed_attention_adder(sequence_ids)
         for layer in self.transformer_layers:
             if self._recompute_layers and training is True:
                 output = _recomputed(layer, output, adder)
             else:
                 output = layer(output, adder, training=training)
-        pooled = self.pooler(tf.squeeze(output[:, 0:1, :], axis=1))
-        return output, pooled
+        if cls_positions is None:
+            return output, self.pooler(tf.squeeze(output[:, 0:1, :], axis=1))
+        return output, self.pooler(tf.gather(output, cls_positions, batch_dims=1))
 
 
 class TiedMaskedLM(nlp_layers.MaskedLM):
@@ -378,8 +412,11 @@ class BertPretrainingModel(tf_keras.Model):
       features: mapping with the TFRecord feature names (`FEATURE_NAMES`); int tensors (int32 or
         int64, cast to int32) input_ids, input_mask, segment_ids [B, S]; masked_lm_positions,
         masked_lm_ids [B, P]; next_sentence_labels [B, 1]; float masked_lm_weights [B, P]. Only
-        the first four are read here (labels are for `reference.losses`).
-      outputs: dict with "masked_lm_logits" [B, P, vocab], "next_sentence_logits" [B, 2],
+        the first four are read here (labels are for `reference.losses`). Packed rows
+        (`cleanup_scripts.pretraining_features`) carry sequence_ids, position_ids [B, S] and
+        next_sentence_positions [B, K] instead of input_mask.
+      outputs: dict with "masked_lm_logits" [B, P, vocab], "next_sentence_logits" [B, 2]
+        (packed: [B, K, 2]),
         "sequence_output" [B, S, hidden], "pooled_output" [B, hidden], and the masked-LM head's
         inputs to its logits, from which `reference.losses` forms the logits a block at a time:
         "masked_lm_hidden" [B * P, hidden], "masked_lm_output_weights" [vocab, hidden] (the
@@ -411,11 +448,19 @@ class BertPretrainingModel(tf_keras.Model):
 
     def call(self, features: Mapping[str, tf.Tensor], training=None) -> dict[str, tf.Tensor]:
         input_ids = tf.cast(features["input_ids"], tf.int32)
-        input_mask = tf.cast(features["input_mask"], tf.int32)
         segment_ids = tf.cast(features["segment_ids"], tf.int32)
         positions = tf.cast(features["masked_lm_positions"], tf.int32)
-        sequence_output, pooled_output = self.bert(input_ids, input_mask, segment_ids,
-                                                   training=training)
+        if "sequence_ids" in features:  # packed rows
+            sequence_ids = tf.cast(features["sequence_ids"], tf.int32)
+            sequence_output, pooled_output = self.bert(
+                input_ids, tf.cast(sequence_ids > 0, tf.int32), segment_ids, training=training,
+                sequence_ids=sequence_ids,
+                position_ids=tf.cast(features["position_ids"], tf.int32),
+                cls_positions=tf.cast(features["next_sentence_positions"], tf.int32))
+        else:
+            sequence_output, pooled_output = self.bert(
+                input_ids, tf.cast(features["input_mask"], tf.int32), segment_ids,
+                training=training)
         rows, table, bias = self.masked_lm(sequence_output, masked_positions=positions)
         return {
             "masked_lm_logits": masked_lm_logits(rows, table, bias, positions),

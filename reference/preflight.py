@@ -46,23 +46,27 @@ def preflight(options: RunOptions) -> RunOptions:
     noncompliant = list(o.noncompliant)
     input_files: list[str] = []
     eval_files: list[str] = []
+    train_layout = eval_layout = eval_count = None
+    sequences_per_row = 1.0
     if o.do_train:
         input_files = input_pipeline.expand_patterns(o.input_file, "--input_file")
-        input_pipeline.check_first_records(input_files, o.max_seq_length,
-                                           o.max_predictions_per_seq, "--input_file", id_ranges)
+        train_layout = input_pipeline.detect_layout(input_files, o.max_seq_length,
+                                                    o.max_predictions_per_seq, "--input_file")
+        input_pipeline.check_first_records(input_files, train_layout, "--input_file", id_ranges)
+        if train_layout.packed:
+            sequences_per_row = input_pipeline.mean_sequences_per_row(input_files, train_layout)
+            logging.info("--input_file: %s, %.3f sequences per row", train_layout.describe(),
+                         sequences_per_row)
     if o.eval_file:
         eval_files = input_pipeline.expand_patterns(o.eval_file, o.eval_flag)
     eval_records = 0
     if eval_files:
-        # Every record evaluated is checked now: a damaged eval set fails before training.
-        wanted = o.eval_batch_size * o.max_eval_steps
-        eval_records = input_pipeline.check_all_records(
-            eval_files, o.max_seq_length, o.max_predictions_per_seq, o.eval_flag, limit=wanted,
-            id_ranges=id_ranges)
-        if eval_records < wanted:
-            logging.info("eval files hold %d records (< eval_batch_size * max_eval_steps = %d): "
-                         "all of them are evaluated once", eval_records, wanted)
+        eval_layout, eval_records, eval_count = _check_eval_files(o, eval_files, id_ranges)
         if o.do_train and eval_records != constants.EVAL_SAMPLES:
+            if eval_layout.packed and o.submission_division == "closed":
+                raise UsageError(f"{o.eval_flag}: the packed eval files hold {eval_records:,} "
+                                 f"sequences evaluated; a closed-division run evaluates the "
+                                 f"{constants.EVAL_SAMPLES:,} of eval_10k (pack eval_10k alone)")
             # First, where options_from_flags' reasons come after it.
             noncompliant.insert(0, f"the eval covers {eval_records:,} records, not the "
                                 f"benchmark's {constants.EVAL_SAMPLES:,}")
@@ -79,7 +83,32 @@ def preflight(options: RunOptions) -> RunOptions:
                         "benchmark starts from model.ckpt-28252)")
     return dataclasses.replace(o, input_files=input_files, eval_files=eval_files,
                                eval_records=eval_records, bert_config=config,
-                               id_ranges=id_ranges, noncompliant=noncompliant)
+                               id_ranges=id_ranges, noncompliant=noncompliant,
+                               train_layout=train_layout, eval_layout=eval_layout,
+                               sequences_per_row=sequences_per_row, eval_count=eval_count)
+
+
+def _check_eval_files(o: RunOptions, eval_files: list[str], id_ranges):
+    """The eval files' layout, the sequences evaluated (at most eval_batch_size x
+    max_eval_steps, the first ones in file order) and, packed, the rows that hold them; every
+    record read is checked now, so that a damaged eval set fails before training."""
+    from reference import input_pipeline
+    layout = input_pipeline.detect_layout(eval_files, o.max_seq_length,
+                                          o.max_predictions_per_seq, o.eval_flag)
+    input_pipeline.check_first_records(eval_files, layout, o.eval_flag)
+    wanted = o.eval_batch_size * o.max_eval_steps
+    count = None
+    rows = wanted
+    if layout.packed:
+        count = input_pipeline.count_packed(eval_files, layout, limit=wanted)
+        rows = count.rows
+    checked = input_pipeline.check_all_records(eval_files, layout, o.eval_flag, limit=rows,
+                                               id_ranges=id_ranges)
+    sequences = count.sequences if count else checked
+    if sequences < wanted:
+        logging.info("eval files hold %d sequences (< eval_batch_size * max_eval_steps = %d): "
+                     "all of them are evaluated once", sequences, wanted)
+    return layout, sequences, count
 
 
 def _checkpoint_exists(path: str) -> bool:
@@ -144,15 +173,15 @@ def locate_bad_record(options: RunOptions) -> str | None:
     file order; returns "<flag>: <file>: record <index>: <problem>" for the first bad one.
     """
     from reference import input_pipeline
-    for flag, files, limit in ((options.eval_flag, options.eval_files, options.eval_records),
-                               ("--input_file", options.input_files, None)):
+    eval_rows = options.eval_count.rows if options.eval_count else options.eval_records
+    for flag, files, layout, limit in (
+            (options.eval_flag, options.eval_files, options.eval_layout, eval_rows),
+            ("--input_file", options.input_files, options.train_layout, None)):
         if not files:
             continue
         logging.warning("reading the data failed: checking every record of %s (%d files)",
                         flag, len(files))
-        bad = input_pipeline.find_bad_record(files, options.max_seq_length,
-                                             options.max_predictions_per_seq, limit,
-                                             options.id_ranges)
+        bad = input_pipeline.find_bad_record(files, layout, limit, options.id_ranges)
         if bad:
             return f"{flag}: {bad}"
     return None

@@ -63,6 +63,14 @@ def _platform(options: RunOptions, strategy) -> str:
     return f"{strategy.num_replicas_in_sync}x{kind}"
 
 
+def packed_rows_per_replica(train_batch_size: int, sequences_per_row: float,
+                            replicas: int) -> int:
+    """Packed rows each replica takes per micro-step: round(train_batch_size / mean sequences
+    per row) rows in all (at least one per replica), so that a step trains about
+    `train_batch_size` sequences."""
+    return max(1, round(train_batch_size / sequences_per_row / replicas))
+
+
 def _duration(seconds: float) -> str:
     seconds = max(0, int(seconds))
     hours, rest = divmod(seconds, 3600)
@@ -81,13 +89,20 @@ class _Run:
         self.strategy = strategy or distribution.make_strategy(options.strategy)
         self.chief = distribution.is_chief(self.strategy)
         self.task = distribution.task_id(self.strategy)
-        self.train_per_replica = distribution.per_replica(options.train_batch_size,
-                                                          self.strategy, "--train_batch_size")
+        self.packed = options.train_layout is not None and options.train_layout.packed
+        if self.packed:
+            self.train_per_replica = packed_rows_per_replica(
+                options.train_batch_size, options.sequences_per_row,
+                self.strategy.num_replicas_in_sync)
+        else:
+            self.train_per_replica = distribution.per_replica(
+                options.train_batch_size, self.strategy, "--train_batch_size")
         self.eval_per_replica = distribution.per_replica(options.eval_batch_size,
                                                          self.strategy, "--eval_batch_size")
-        logging.info("%s; global batch %d (%d per replica x %d micro-batches)",
+        logging.info("%s; global batch %d (%d %s per replica x %d micro-batches)",
                      distribution.describe(self.strategy), options.global_batch_size,
-                     self.train_per_replica, options.steps_per_update)
+                     self.train_per_replica, "packed rows" if self.packed else "records",
+                     options.steps_per_update)
 
     def build_trainer(self):
         from reference.trainer import Trainer, set_mixed_precision
@@ -102,20 +117,23 @@ class _Run:
                                options.train_batch_size, options.steps_per_update,
                                options.clip_after_allreduce, options.mixed_precision,
                                options.use_xla, options.recompute_layers,
-                               options.masked_lm_block_rows)
+                               options.masked_lm_block_rows, packed=self.packed)
         return self.trainer
 
     # -------------------------------------------------------------- datasets
     def eval_dataset(self):
         from reference import input_pipeline
         options = self.options
-        padded = input_pipeline.padded_eval_size(options.eval_records, options.eval_batch_size)
+        count = options.eval_count
+        records = count.rows if count else options.eval_records
+        padded = input_pipeline.padded_eval_size(records, options.eval_batch_size)
         self.eval_steps = padded // options.eval_batch_size
 
         def dataset_fn(context):
             return input_pipeline.eval_dataset(
-                options.eval_files, self.eval_per_replica, options.eval_records, padded,
-                options.max_seq_length, options.max_predictions_per_seq, context)
+                options.eval_files, self.eval_per_replica, records, padded,
+                options.eval_layout, context,
+                last_row_sequences=count.last_row_sequences if count else None)
 
         return self.strategy.distribute_datasets_from_function(dataset_fn)
 
@@ -137,10 +155,9 @@ class _Run:
         def dataset_fn(context):
             replicas_fed = context.num_replicas_in_sync // context.num_input_pipelines
             return input_pipeline.train_dataset(
-                options.input_files, self.train_per_replica, options.max_seq_length,
-                options.max_predictions_per_seq, options.seed, options.steps_per_update,
-                context, skip_batches=consumed_steps * replicas_fed,
-                id_ranges=options.id_ranges)
+                options.input_files, self.train_per_replica, options.train_layout,
+                options.seed, options.steps_per_update, context,
+                skip_batches=consumed_steps * replicas_fed, id_ranges=options.id_ranges)
 
         return iter(self.strategy.distribute_datasets_from_function(dataset_fn))
 
@@ -334,11 +351,12 @@ def train(options: RunOptions, strategy=None) -> RunResult:
 
 def _train_loop(run: _Run, options: RunOptions, log, log_file, iterator, eval_data, manager,
                 budget_updates: int, summaries, eval_summaries) -> RunResult:
-    """Train from the trainer's step to the budget, in blocks that end at each eval.
+    """Train from the trainer's step to the budget, in blocks that end at each eval: the first
+    update at whose end the samples trained reach the next multiple of the eval interval (with
+    packed rows an update's sample count varies, so the eval falls a few sequences after it).
 
-    Every block trains at least one update: a block that would not (the step and sample
-    counters disagree with each other, so the next eval lies behind the step) raises
-    InternalError instead of looping without training.
+    Unpacked records: a step and sample count that disagree (samples = updates x global batch)
+    raise InternalError before anything is trained.
     """
     tf = run.tf
     trainer = run.trainer
@@ -367,55 +385,55 @@ def _train_loop(run: _Run, options: RunOptions, log, log_file, iterator, eval_da
             return result
 
     update = trainer.step // n
-    eval_index = cadence.next_eval_index(trainer.samples, frequency)
+    if not run.packed and trainer.samples != update * batch:
+        raise InternalError(f"step {trainer.step} with {trainer.samples} samples trained, where "
+                            f"{update} updates of {batch} make {update * batch}: the step and "
+                            "sample counters disagree")
     updates_per_call = options.iterations_per_loop // n
     run_started = time.time()
     first_samples = trainer.samples
     every = options.save_checkpoints_steps
     while update < budget_updates:
-        eval_at = cadence.eval_update(eval_index, frequency, batch) if eval_data is not None \
-            else budget_updates + 1
-        block_end = min(eval_at, budget_updates)
-        if block_end <= update:
-            raise InternalError(f"a training block from update {update} to update {block_end} "
-                                f"({(block_end - update) * batch} samples) at step "
-                                f"{trainer.step}, {trainer.samples} samples: the step and "
-                                "sample counters disagree")
         block_first = trainer.samples
-        log.block_start(block_first, (block_end - update) * batch)
-        save_due = False
-        while update < block_end:
-            count = min(updates_per_call, block_end - update)
-            before = trainer.step
+        eval_due = cadence.next_eval_index(block_first, frequency) * frequency \
+            if eval_data is not None else None
+        expected = (budget_updates - update) * batch
+        if eval_due is not None:
+            expected = min(expected, cadence.rounded_to_step(eval_due - block_first, batch))
+        log.block_start(block_first, expected)
+        save_due = reached = False
+        while update < budget_updates and not reached:
+            before, before_samples = trainer.step, trainer.samples
             started = time.time()
-            losses = trainer.train_steps(iterator, count)
-            elapsed = time.time() - started
-            update += count
-            _log_progress(options, trainer, losses, count * batch / max(elapsed, 1e-9),
+            losses = trainer.train_steps(iterator, min(updates_per_call, budget_updates - update),
+                                         eval_due)
+            elapsed = max(time.time() - started, 1e-9)
+            update += losses["updates"]
+            reached = eval_due is not None and trainer.samples >= eval_due
+            rate = (trainer.samples - before_samples) / elapsed
+            _log_progress(options, trainer, losses, rate,
                           (trainer.samples - first_samples) / max(time.time() - run_started,
                                                                   1e-9),
-                          update, eval_at, budget_updates)
+                          update, eval_due, budget_updates)
             with writing("--output_dir", train_folder), \
                     summaries.as_default(step=trainer.step):
                 for key in ("total_loss", "masked_lm_loss", "next_sentence_loss",
                             "learning_rate"):
                     tf.summary.scalar(key, losses[key])
-                tf.summary.scalar("samples_per_second", count * batch / max(elapsed, 1e-9))
+                tf.summary.scalar("samples_per_second", rate)
                 if options.mixed_precision == "fp16":
                     tf.summary.scalar("loss_scale", losses["loss_scale"])
                     tf.summary.scalar("skipped_updates", losses["skipped_updates"])
             save_due = save_due or trainer.step // every > before // every
-            if save_due and update < block_end:
+            if save_due and not reached and update < budget_updates:
                 _save(manager, trainer.step)
                 save_due = False
         log.block_stop(block_first)
         log_file.check()
-        if update == eval_at:
-            eval_index += 1
-            if do_eval():
-                trainer.target_reached.assign(1)
-                result.status = log_keys.SUCCESS
-                break
+        if reached and do_eval():
+            trainer.target_reached.assign(1)
+            result.status = log_keys.SUCCESS
+            break
         if save_due and update < budget_updates:  # after the eval at the same step
             _save(manager, trainer.step)
     with writing("--output_dir", train_folder):
@@ -428,19 +446,21 @@ def _train_loop(run: _Run, options: RunOptions, log, log_file, iterator, eval_da
 
 
 def _log_progress(options: RunOptions, trainer, losses: dict, rate: float, overall: float,
-                  update: int, eval_at: int, budget_updates: int) -> None:
-    """One absl line per host call: progress, losses, speed and the time left (and, with
-    fp16, the loss scale and the updates of this call that overflow skipped)."""
-    batch = options.global_batch_size
-    next_stop = min(eval_at, budget_updates)
+                  update: int, eval_due: int | None, budget_updates: int) -> None:
+    """One absl line per host call: progress, losses, speed (samples/s of this call and since
+    the start) and the time left to the next eval (`eval_due` samples) and to the step budget
+    (and, with fp16, the loss scale and the updates of this call that overflow skipped)."""
+    to_budget = (budget_updates - update) * options.global_batch_size
+    to_eval = to_budget if eval_due is None else min(max(eval_due - trainer.samples, 0),
+                                                     to_budget)
     logging.info(
         "step %d/%d, %d samples | loss %.4f (mlm %.4f, nsp %.4f), lr %.3g | %.1f samples/s "
         "(%.1f since start) | %s to %s, %s to the step budget",
         trainer.step, options.budget_steps, trainer.samples, losses["total_loss"],
         losses["masked_lm_loss"], losses["next_sentence_loss"], losses["learning_rate"], rate,
-        overall, _duration((next_stop - update) * batch / max(overall, 1e-9)),
-        "the next eval" if eval_at <= budget_updates else "the end",
-        _duration((budget_updates - update) * batch / max(overall, 1e-9)))
+        overall, _duration(to_eval / max(overall, 1e-9)),
+        "the next eval" if eval_due is not None and to_eval < to_budget else "the end",
+        _duration(to_budget / max(overall, 1e-9)))
     if options.mixed_precision == "fp16":
         logging.info("loss scale %g, %d updates skipped (non-finite gradients)",
                      losses["loss_scale"], losses["skipped_updates"])

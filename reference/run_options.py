@@ -22,7 +22,8 @@ from reference.run_flags import MAX_SEED, UsageError, check_ranges, require
 if TYPE_CHECKING:  # TensorFlow-importing modules are imported where used (fast --help)
     from reference.bert_config import BertConfig
     from reference.distribution import StrategyRequest
-    from reference.input_pipeline import IdRanges
+    from reference.input_pipeline import IdRanges, PackedCount
+    from cleanup_scripts.pretraining_features import RecordLayout
 
 
 @dataclass
@@ -69,7 +70,11 @@ class RunOptions:
     # preflight:
     input_files: list[str] = field(default_factory=list)  # the training files, expanded
     eval_files: list[str] = field(default_factory=list)  # the eval files, expanded
-    eval_records: int = 0  # records actually evaluated
+    eval_records: int = 0  # sequences actually evaluated
+    train_layout: RecordLayout | None = None  # what the training files hold (packed or not)
+    eval_layout: RecordLayout | None = None  # what the eval files hold
+    sequences_per_row: float = 1.0  # packed training rows: mean sequences per row
+    eval_count: PackedCount | None = None  # packed eval: the rows that hold the evaluated
     bert_config: BertConfig | None = None  # --bert_config_file, read
     id_ranges: IdRanges | None = None  # the BERT config's table sizes, which the ids index
 
@@ -217,6 +222,9 @@ def run_settings(options: RunOptions) -> dict[str, object]:
     })
     settings.update({f"bert_config_file.{key}": value
                      for key, value in options.bert_config.to_dict().items()})
+    if options.train_layout is not None and options.train_layout.packed:
+        # Packed and unpacked parts share their names: the layout tells them apart.
+        settings["input_file.layout"] = options.train_layout.describe()
     return settings
 
 

@@ -22,8 +22,18 @@ The optimizer update runs in cross-replica context (`merge_call`): each variable
 `strategy.extended.update`, once per device copy, with the optimizer's per-variable
 `update_variable`, so the optimizer's arithmetic is the single-device one.
 
-`train_steps(iterator, k)` runs k updates in one `tf.function` call (a `tf.range` loop: the
-MLCommons reference's iterations_per_loop); `evaluate(dataset)` sums `reference.losses.metric_sums`
+Packed rows (`packed`): a batch holds a varying number of sequences. Each update first
+all-reduces the sum of its masked-LM weights and its number of sequences, and every micro-batch's
+loss is normalised by those (`reference.losses`), so the update's gradient is that of one
+unpacked batch of the same sequences however they are split over rows, replicas and
+micro-batches; for the same reason the gradient is clipped once, after the all-reduce (a
+micro-batch's part of the gradient is no gradient of its own), and trained_samples counts the
+sequences.
+
+`train_steps(iterator, k, stop_samples)` runs up to k updates in one `tf.function` call (a
+`tf.range` loop: the MLCommons reference's iterations_per_loop), ending early after the update
+that reaches `stop_samples` trained samples (the next eval, when an update's sample count
+varies); `evaluate(dataset)` sums `reference.losses.metric_sums`
 over a finite padded eval set and returns `EvalMetrics`.
 
 Dropout is stateless: each mask is drawn from a seed derived from (run seed, micro-step, replica,
@@ -217,6 +227,8 @@ class Trainer:
         keeping its activations (`BertPretrainingModel`; less memory, more compute).
       masked_lm_block_rows: the most masked-LM rows whose [rows, vocab] logits are formed at
         once in the losses and metrics (`reference.losses`; 0: all rows of a batch).
+      packed: the training batches are packed rows (module docstring); train_batch_size still
+        counts sequences (the nominal global batch).
 
     Counters (checkpointed with the model and optimizer): `global_step` (micro-steps),
     `trained_samples`, `target_reached` (1 once an eval reached the target), `run_seed` (data
@@ -229,13 +241,16 @@ class Trainer:
                  optimizer: OptimizerSettings, train_batch_size: int, steps_per_update: int = 1,
                  clip_after_allreduce: bool = False, mixed_precision: str = "none",
                  use_xla: bool = False, recompute_layers: bool = False,
-                 masked_lm_block_rows: int = MASKED_LM_BLOCK_ROWS):
+                 masked_lm_block_rows: int = MASKED_LM_BLOCK_ROWS, packed: bool = False):
         self.strategy = strategy
         self.config = config
         self.settings = optimizer
         self.train_batch_size = int(train_batch_size)
         self.steps_per_update = int(steps_per_update)
-        self.clip_after_allreduce = bool(clip_after_allreduce)
+        self.packed = bool(packed)
+        self.clip_after_allreduce = bool(clip_after_allreduce) or self.packed
+        # Replicas x micro-batches: what the update averages each micro-batch's gradient over.
+        self._share = strategy.num_replicas_in_sync * self.steps_per_update
         self.mixed_precision = mixed_precision
         # TPUStrategy compiles the whole step with XLA whatever is asked.
         on_tpu = isinstance(strategy, tf.distribute.TPUStrategy)
@@ -349,11 +364,11 @@ class Trainer:
         base = tf.stack([tf.convert_to_tensor(self.run_seed), micro_step])
         return fold_in(base, replica)
 
-    def _micro_gradients(self, features, dropout_key):
+    def _micro_gradients(self, features, dropout_key, totals):
         with tf.GradientTape() as tape, self._dropout_keys.using(dropout_key):
             scale = self.loss_scale if self.mixed_precision == "fp16" else 1.0
             losses = pretraining_losses(self.model(features, training=True), features, scale,
-                                        self.masked_lm_block_rows)
+                                        self.masked_lm_block_rows, totals, self._share)
             loss = losses["total_loss"] * scale
         with self._dropout_keys.using(dropout_key):  # recompute_layers: layers run again here
             grads = tape.gradient(loss, self._variables)
@@ -376,17 +391,19 @@ class Trainer:
         return {name: f.experimental_get_tracing_count() for name, f in functions.items()
                 if isinstance(f, tf.types.experimental.PolymorphicFunction)}
 
-    def _gradients_fn(self, batch, first_step, replica):
+    def _gradients_fn(self, batch, first_step, replica, totals):
         """The averaged (and, unless clip_after_allreduce, clipped) gradients of one update's
-        micro-batches on this replica, and their mean [total, masked-LM, next-sentence] loss."""
+        micro-batches on this replica, and their mean [total, masked-LM, next-sentence] loss.
+        totals: packed rows, the update's masked-LM weight and sequences (else None)."""
         n = self.steps_per_update
         if n == 1:
-            grads, losses = self._micro_gradients(batch, self._dropout_key(first_step, replica))
+            grads, losses = self._micro_gradients(batch, self._dropout_key(first_step, replica),
+                                                  totals)
         else:
             def body(i, accumulated, loss_sum):
                 micro = tf.nest.map_structure(lambda t: t[i], batch)
                 key = self._dropout_key(first_step + tf.cast(i, tf.int64), replica)
-                grads, losses = self._micro_gradients(micro, key)
+                grads, losses = self._micro_gradients(micro, key, totals)
                 accumulated = [a + g / n for a, g in zip(accumulated, grads)]
                 return i + 1, accumulated, loss_sum + losses
 
@@ -401,7 +418,13 @@ class Trainer:
         update, micro-batch i being micro-step first_step + i."""
         context = tf.distribute.get_replica_context()
         replica = tf.cast(context.replica_id_in_sync_group, tf.int64)
-        grads, losses = self._gradients(batch, first_step, replica)
+        totals = None
+        if self.packed:  # the update's masked-LM weight and sequences, over every replica
+            totals = tf.stack([tf.reduce_sum(batch["masked_lm_weights"]),
+                               tf.reduce_sum(batch["next_sentence_weights"])])
+            if context.num_replicas_in_sync > 1:
+                totals = context.all_reduce(tf.distribute.ReduceOp.SUM, totals)
+        grads, losses = self._gradients(batch, first_step, replica, totals)
         if context.num_replicas_in_sync > 1:
             grads = context.all_reduce(tf.distribute.ReduceOp.MEAN, grads)
         if self.clip_after_allreduce:
@@ -409,12 +432,13 @@ class Trainer:
         finite = None
         if self.mixed_precision == "fp16":
             finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
-        lr, applied = context.merge_call(self._apply_update, args=(grads, finite))
+        lr, applied = context.merge_call(self._apply_update, args=(grads, finite, totals))
         return losses, lr, applied
 
-    def _apply_update(self, strategy, grads, finite):
+    def _apply_update(self, strategy, grads, finite, totals):
         """Cross-replica: one optimizer update from the all-reduced gradients; returns the
-        learning rate and whether the update was applied (False: skipped by fp16 scaling)."""
+        learning rate and whether the update was applied (False: skipped by fp16 scaling).
+        totals: packed rows, the update's [masked-LM weight, sequences] (else None)."""
         n = self.steps_per_update
         optimizer = self.optimizer
         lr = optimizer.current_learning_rate(self.global_step + (n - 1))
@@ -453,15 +477,20 @@ class Trainer:
 
             applied = tf.cond(finite, good, bad)
         self.global_step.assign_add(n)
-        self.trained_samples.assign_add(n * self.train_batch_size)
+        if totals is None:
+            self.trained_samples.assign_add(n * self.train_batch_size)
+        else:
+            sequences = strategy.experimental_local_results(totals)[0][1]
+            self.trained_samples.assign_add(tf.cast(tf.round(sequences), tf.int64))
         return lr, applied
 
-    def _train_steps_fn(self, iterator, num_updates, first_step):
+    def _train_steps_fn(self, iterator, num_updates, first_step, stop_samples):
         strategy = self.strategy
         n = self.steps_per_update
         loss_sum = tf.zeros([3])
         lr = tf.constant(0.0)
         skipped = tf.constant(0)
+        done = tf.constant(0)
         for k in tf.range(num_updates):
             step = first_step + tf.cast(k, tf.int64) * n
             losses, lr, applied = strategy.run(self._replica_update,
@@ -470,23 +499,30 @@ class Trainer:
             lr = strategy.experimental_local_results(lr)[0]
             applied = strategy.experimental_local_results(applied)[0]
             skipped += tf.cast(tf.logical_not(applied), tf.int32)
-        return loss_sum / tf.cast(num_updates, tf.float32), lr, skipped
+            done += 1
+            if self.trained_samples >= stop_samples:
+                break
+        return loss_sum / tf.cast(tf.maximum(done, 1), tf.float32), lr, skipped, done
 
-    def train_steps(self, iterator, num_updates: int) -> dict[str, float]:
-        """Run `num_updates` optimizer updates; returns the mean losses, the last learning rate,
-        `skipped_updates` (updates fp16 loss scaling skipped, of these) and the `loss_scale`
-        after them (fp16; 1.0 otherwise).
+    def train_steps(self, iterator, num_updates: int,
+                    stop_samples: int | None = None) -> dict[str, float]:
+        """Run up to `num_updates` optimizer updates, ending after the first one at whose end
+        `stop_samples` samples (if given) are trained; returns the mean losses, the last
+        learning rate, `updates` (how many ran), `skipped_updates` (updates fp16 loss scaling
+        skipped, of these) and the `loss_scale` after them (fp16; 1.0 otherwise).
 
         `iterator` iterates a distributed dataset whose elements hold one update's micro-batches
         (see reference.input_pipeline.train_dataset).
         """
-        losses, lr, skipped = self._train_steps(iterator, tf.constant(num_updates, tf.int32),
-                                                tf.constant(self.step, tf.int64))
+        stop = (1 << 62) if stop_samples is None else stop_samples
+        losses, lr, skipped, done = self._train_steps(
+            iterator, tf.constant(num_updates, tf.int32), tf.constant(self.step, tf.int64),
+            tf.constant(stop, tf.int64))
         losses = losses.numpy()
         scale = float(self.loss_scale.numpy()) if self.mixed_precision == "fp16" else 1.0
         return {"total_loss": float(losses[0]), "masked_lm_loss": float(losses[1]),
                 "next_sentence_loss": float(losses[2]), "learning_rate": float(lr),
-                "skipped_updates": int(skipped), "loss_scale": scale}
+                "updates": int(done), "skipped_updates": int(skipped), "loss_scale": scale}
 
     # ------------------------------------------------------------------ evaluation
     def _eval_sums_fn(self, batch):

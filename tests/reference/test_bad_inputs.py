@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from cleanup_scripts.pretraining_features import encode_examples, write_records
+from cleanup_scripts.pretraining_features import RecordLayout
 from reference import input_pipeline
 from reference.preflight import preflight
 from reference.run_flags import UsageError
@@ -27,6 +28,7 @@ from tests.reference.test_run_pretraining import as_flags, read_mllog, run_train
 
 BAD_INDEX = 150  # the damaged record of a 256-record file: well past the first one
 SEQ, PRED = synthetic_data.SEQ_LENGTH, synthetic_data.MAX_PREDICTIONS
+LAYOUT = RecordLayout.unpacked(SEQ, PRED)
 
 
 # ------------------------------------------------------------------------------ damaging files
@@ -85,7 +87,7 @@ def ids(length: int) -> np.ndarray:
 def test_checksum_errors_name_the_record(tmp_path, damage, problem):
     path = synthetic_data.write_tfrecord(tmp_path / "part-00000", 256, seed=1)
     damage(path, BAD_INDEX)
-    bad = input_pipeline.find_bad_record([str(path)], SEQ, PRED)
+    bad = input_pipeline.find_bad_record([str(path)], LAYOUT)
     assert bad == input_pipeline.BadRecord(str(path), BAD_INDEX, problem)
     assert str(bad) == f"{path}: record {BAD_INDEX}: {problem}"
 
@@ -94,11 +96,11 @@ def test_truncated_file_names_the_record_and_byte(tmp_path):
     path = synthetic_data.write_tfrecord(tmp_path / "part-00000", 256, seed=1)
     start = record_offsets(path)[BAD_INDEX]
     size = truncate_in_record(path, BAD_INDEX)
-    bad = input_pipeline.find_bad_record([str(path)], SEQ, PRED)
+    bad = input_pipeline.find_bad_record([str(path)], LAYOUT)
     assert (bad.index, bad.problem.split(" (")[0]) == (BAD_INDEX, f"truncated at byte {size}")
     assert f"the record starts at byte {start}" in bad.problem
     truncate_in_record(path, BAD_INDEX - 1, keep=5)  # inside the 12-byte header
-    bad = input_pipeline.find_bad_record([str(path)], SEQ, PRED)
+    bad = input_pipeline.find_bad_record([str(path)], LAYOUT)
     assert bad.index == BAD_INDEX - 1 and "header" in bad.problem
 
 
@@ -115,7 +117,7 @@ def test_truncated_file_names_the_record_and_byte(tmp_path):
 ])
 def test_records_of_other_shapes_name_the_feature(tmp_path, columns, problem):
     path = write_with_bad_record(tmp_path / "part-00000", 1500, 1200, seed=1, **columns)
-    bad = input_pipeline.find_bad_record([str(path)], SEQ, PRED)
+    bad = input_pipeline.find_bad_record([str(path)], LAYOUT)
     assert bad == input_pipeline.BadRecord(str(path), 1200, problem)  # in the second chunk
 
 
@@ -124,27 +126,27 @@ def test_scan_follows_file_order_and_limit(tmp_path):
     damaged = synthetic_data.write_tfrecord(tmp_path / "b", 100, seed=2)
     flip_payload_byte(damaged, 10)
     files = [str(good), str(damaged)]
-    assert input_pipeline.find_bad_record(files, SEQ, PRED).path == str(damaged)
-    assert input_pipeline.find_bad_record(files, SEQ, PRED, limit=110) is None
-    assert input_pipeline.find_bad_record(files, SEQ, PRED, limit=111).index == 10
-    assert input_pipeline.check_all_records(files, SEQ, PRED, "--eval_file", limit=110) == 110
-    assert input_pipeline.find_bad_record(files[:1], SEQ, PRED) is None
+    assert input_pipeline.find_bad_record(files, LAYOUT).path == str(damaged)
+    assert input_pipeline.find_bad_record(files, LAYOUT, limit=110) is None
+    assert input_pipeline.find_bad_record(files, LAYOUT, limit=111).index == 10
+    assert input_pipeline.check_all_records(files, LAYOUT, "--eval_file", limit=110) == 110
+    assert input_pipeline.find_bad_record(files[:1], LAYOUT) is None
 
 
 def test_first_records_of_every_training_file_are_checked(tmp_path):
     files = [str(synthetic_data.write_tfrecord(tmp_path / f"part-{i}", 8, seed=i))
              for i in range(3)]
-    input_pipeline.check_first_records(files, SEQ, PRED)
+    input_pipeline.check_first_records(files, LAYOUT)
     write_with_bad_record(Path(files[2]), 8, 0, seed=2, input_ids=ids(SEQ + 1))
     with pytest.raises(input_pipeline.InputError) as err:
-        input_pipeline.check_first_records(files, SEQ, PRED)
+        input_pipeline.check_first_records(files, LAYOUT)
     assert str(err.value) == (f"--input_file: {files[2]}: records do not match --max_seq_length="
                               f"{SEQ} --max_predictions_per_seq={PRED} (record 0: feature "
                               f"input_ids has {SEQ + 1} values, expected --max_seq_length={SEQ})")
     Path(files[1]).write_bytes(b"")
     with pytest.raises(input_pipeline.InputError, match=f"^--input_file: {files[1]}: holds no "
                                                         "records$"):
-        input_pipeline.check_first_records(files, SEQ, PRED)
+        input_pipeline.check_first_records(files, LAYOUT)
 
 
 # ------------------------------------------------------------------------------ flags

@@ -38,6 +38,7 @@ from absl import flags
 
 from benchmark.log_check import check_log
 from reference import checkpoint as ckpt
+from cleanup_scripts.pretraining_features import RecordLayout
 from reference import input_pipeline
 from reference.preflight import preflight
 from reference.run_flags import define_flags
@@ -179,7 +180,8 @@ def test_skipped_stream_continues_exactly_where_the_full_stream_is(tmp_path, pip
 
         def stream(skip, count):
             dataset = input_pipeline.train_dataset(
-                paths, 4, synthetic_data.SEQ_LENGTH, synthetic_data.MAX_PREDICTIONS, seed=9,
+                paths, 4, RecordLayout.unpacked(synthetic_data.SEQ_LENGTH,
+                                                synthetic_data.MAX_PREDICTIONS), seed=9,
                 steps_per_update=n, input_context=context, skip_batches=skip * n)
             return [element["input_ids"].numpy() for element in dataset.take(count)]
 

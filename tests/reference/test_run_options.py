@@ -11,6 +11,7 @@ import tensorflow as tf
 from absl import flags
 
 from benchmark import cadence
+from cleanup_scripts.pretraining_features import RecordLayout
 from reference import input_pipeline, presets
 from reference.preflight import preflight
 from reference.run_flags import UsageError, apply_preset, define_flags
@@ -164,8 +165,8 @@ def test_demo_preset_defaults_to_the_make_preprocess_output():
 # ------------------------------------------------------------------------------ input pipeline
 def test_eval_dataset_pads_to_whole_batches(data):
     dataset = input_pipeline.eval_dataset([data["eval_file"]], batch_size=16, num_records=40,
-                                          padded_records=48, max_seq_length=16,
-                                          max_predictions_per_seq=4)
+                                          padded_records=48,
+                                          layout=RecordLayout.unpacked(16, 4))
     batches = list(dataset)
     assert len(batches) == 3
     weights = np.concatenate([b[input_pipeline.EXAMPLE_WEIGHT].numpy() for b in batches])
@@ -175,9 +176,9 @@ def test_eval_dataset_pads_to_whole_batches(data):
 
 def test_record_shards_of_two_pipelines_make_up_the_single_pipeline_batch(tmp_path):
     path = synthetic_data.write_tfrecord(tmp_path / "one", 64, seed=2)
-    single = input_pipeline.train_dataset([str(path)], 8, 16, 4, seed=9)
+    single = input_pipeline.train_dataset([str(path)], 8, RecordLayout.unpacked(16, 4), seed=9)
     shards = [input_pipeline.train_dataset(
-        [str(path)], 4, 16, 4, seed=9,
+        [str(path)], 4, RecordLayout.unpacked(16, 4), seed=9,
         input_context=tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=i))
         for i in range(2)]
     for whole, *parts in zip(single.take(12), *shards):  # past one epoch (8 batches)

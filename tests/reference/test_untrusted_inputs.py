@@ -28,6 +28,7 @@ from absl import flags
 
 from cleanup_scripts.pretraining_features import encode_examples, write_records
 from reference import checkpoint as ckpt
+from cleanup_scripts.pretraining_features import RecordLayout
 from reference import input_pipeline
 from reference.preflight import preflight
 from reference.run_flags import UsageError, define_flags
@@ -43,6 +44,7 @@ from tests.reference.test_bad_inputs import assert_one_error_line, write_with_ba
 from tests.reference.test_run_pretraining import read_mllog
 
 SEQ, PRED = synthetic_data.SEQ_LENGTH, synthetic_data.MAX_PREDICTIONS
+LAYOUT = RecordLayout.unpacked(SEQ, PRED)
 VOCAB = synthetic_data.VOCAB_SIZE
 BAD_INDEX = 150
 # Batch 8, an eval every 64 samples (8 steps), a checkpoint every 4 steps.
@@ -231,9 +233,9 @@ def test_inconsistent_counters_end_with_an_internal_error_not_a_loop(data, stopp
     trainer.trained_samples.assign(0)
     trainer.checkpoint.write(prefix)
     result = run_cli(data, out)
-    assert_one_error_line(result, "error: internal error: a training block from update 12 "
-                                  "to update 8 (-32 samples) at step 12, 0 samples: the step "
-                                  "and sample counters disagree")
+    assert_one_error_line(result, "error: internal error: step 12 with 0 samples trained, "
+                                  "where 12 updates of 8 make 96: the step and sample counters "
+                                  "disagree")
     records = read_mllog(out / "mlperf.log")
     assert [r["metadata"]["status"] for r in records if r["key"] == "run_stop"] == \
         ["aborted", "aborted"]
@@ -268,8 +270,8 @@ ID_CASES = [
 def test_ids_out_of_range_are_named_by_file_record_and_feature(tmp_path, columns, problem):
     path = write_with_bad_record(tmp_path / "part-00000", 1500, 1200, seed=1,
                                  **bad_row(**columns))
-    assert input_pipeline.find_bad_record([str(path)], SEQ, PRED) is None  # shapes are fine
-    bad = input_pipeline.find_bad_record([str(path)], SEQ, PRED, id_ranges=RANGES)
+    assert input_pipeline.find_bad_record([str(path)], LAYOUT) is None  # shapes are fine
+    bad = input_pipeline.find_bad_record([str(path)], LAYOUT, id_ranges=RANGES)
     assert bad == input_pipeline.BadRecord(str(path), 1200, problem)  # in the second chunk
 
 
@@ -281,7 +283,7 @@ def test_an_id_error_before_a_shape_error_in_the_same_chunk_comes_first(tmp_path
     records[20] = encode_examples(row)[0]
     with open(path, "wb") as handle:
         write_records(handle, records)
-    bad = input_pipeline.find_bad_record([str(path)], SEQ, PRED, id_ranges=RANGES)
+    bad = input_pipeline.find_bad_record([str(path)], LAYOUT, id_ranges=RANGES)
     assert (bad.index, bad.problem) == (20, "segment_ids has id 5 >= type_vocab_size 2 of "
                                             "--bert_config_file")
 
@@ -323,7 +325,7 @@ def test_training_stream_asserts_the_id_ranges(tmp_path):
                                 **bad_row(masked_lm_ids=(2, VOCAB + 1)))
 
     def batches(path, id_ranges):
-        dataset = input_pipeline.train_dataset([str(path)], 8, SEQ, PRED, seed=1,
+        dataset = input_pipeline.train_dataset([str(path)], 8, LAYOUT, seed=1,
                                                shuffle_buffer=0, id_ranges=id_ranges)
         return [b["masked_lm_ids"].numpy() for b in dataset.take(8)]
 
