@@ -42,6 +42,8 @@ def pack_plan(histogram: np.ndarray, max_seq_length: int,
     closed: dict[Strategy, int] = {}
 
     def place(strategy: Strategy, rows: int) -> None:
+        if not rows:
+            return
         room = max_seq_length - sum(strategy)
         target = closed if room == 0 or len(strategy) == max_sequences else open_packs[room]
         target[strategy] = target.get(strategy, 0) + rows
@@ -52,8 +54,13 @@ def pack_plan(histogram: np.ndarray, max_seq_length: int,
             room = length  # best fit: the least room that takes this length
             while room <= max_seq_length and not open_packs[room]:
                 room += 1
-            if room > max_seq_length:  # no open pack fits: open new ones
-                place((length,), remaining)
+            if room > max_seq_length:
+                # No open pack fits: new ones, each filled with this length as far as it goes
+                # (what placing the sequences one at a time would do).
+                per_pack = min(max_sequences, max_seq_length // length)
+                place((length,) * per_pack, remaining // per_pack)
+                if remaining % per_pack:
+                    place((length,) * (remaining % per_pack), 1)
                 break
             strategy, rows = next(iter(open_packs[room].items()))
             taken = min(rows, remaining)

@@ -1,0 +1,197 @@
+"""Packed rows train and evaluate exactly as the same sequences unpacked.
+
+Sixteen real records of the MLCommons reference's fixture (eval.tfrecord), cut to 28-32 tokens,
+are packed two to a 64-token row (8 rows). From the reference-made TF1 checkpoint, dropout 0,
+three LAMB updates of all 16 sequences give the same eval metrics to 1e-5 whether the batches
+are the 16 unpacked records on one device or the 8 packed rows: on one device, compiled with
+XLA, and over two mirrored replicas with two accumulated micro-batches. A checkpoint evaluated
+on packed and on unpacked eval records gives the same metrics over the same 16 sequences. Bad
+packed input is one line.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cleanup_scripts.pack_pretraining_data import PackOptions, pack_files
+from cleanup_scripts.pretraining_features import (decode_example, encode_examples,
+                                                  feature_spec, packed_feature_spec,
+                                                  read_records, write_records)
+from tests.reference.test_bad_inputs import assert_one_error_line
+from tests.reference.test_run_pretraining import (as_flags, read_eval_results, read_mllog,
+                                                  run_trainer, values)
+
+SEQ, PRED = 64, 10
+METRIC_TOL = 1e-5
+
+
+def _cut_records(source, count_lengths):
+    """Columns of the first records of `source`, each cut to the given length: tokens, masks
+    and predictions past it dropped."""
+    spec = feature_spec(SEQ, PRED)
+    rows = [decode_example(data) for data in read_records(source)][:len(count_lengths)]
+    columns = {name: np.stack([row[name][1] for row in rows]) for name in spec}
+    for index, length in enumerate(count_lengths):
+        for name in ("input_ids", "input_mask", "segment_ids"):
+            columns[name][index, length:] = 0
+        outside = columns["masked_lm_positions"][index] >= length
+        for name in ("masked_lm_positions", "masked_lm_ids"):
+            columns[name][index, outside] = 0
+        columns["masked_lm_weights"][index, outside] = 0.0
+    return columns
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory, ref_dir, ref_results):
+    """Flags for the 16 short sequences, unpacked and packed, and the fixture's model."""
+    root = tmp_path_factory.mktemp("packed")
+    columns = _cut_records(ref_dir / "eval.tfrecord", [28 + i % 5 for i in range(16)])
+    unpacked, packed = root / "short", root / "short.packed"
+    with open(unpacked, "wb") as handle:
+        write_records(handle, encode_examples(columns))
+    result = pack_files([str(unpacked)], [str(packed)], PackOptions(SEQ, PRED, 3, 5), nworker=1)
+    assert (result.stats.sequences, result.stats.rows) == (16, 8)
+    common = {"bert_config_file": ref_dir / ref_results["bert_config"],
+              "max_seq_length": SEQ, "max_predictions_per_seq": PRED}
+    return {"unpacked": str(unpacked), "packed": str(packed), "common": common,
+            "checkpoint": ref_dir / ref_results["tf1_checkpoint"]}
+
+
+TRAIN = {"do_train": "true", "do_eval": "true", "learning_rate": 0.002, "num_warmup_steps": 0,
+         "dropout_override": 0.0, "eval_frequency_samples": 48,
+         "noncompliant_eval_frequency": "true", "max_eval_steps": 100, "seed": 3,
+         "iterations_per_loop": 1, "submission_division": "open"}
+ONE_BATCH = {"train_batch_size": 16, "num_train_steps": 1_000_000, "stop_steps": 3}
+ACCUMULATED = {"train_batch_size": 8, "steps_per_update": 2, "num_train_steps": 2_000_000,
+               "stop_steps": 6}
+
+
+def train(data, kind: str, out, *extra: str, eval_batch: int = 16, **flags):
+    records = data[kind]
+    result = run_trainer(*as_flags(data["common"]), *as_flags(TRAIN), *as_flags(flags),
+                         f"--init_checkpoint={data['checkpoint']}", f"--input_file={records}",
+                         f"--eval_file={records}", f"--eval_batch_size={eval_batch}",
+                         f"--output_dir={out}", *extra)
+    return result, read_eval_results(out / "eval_results.txt"), read_mllog(out / "mlperf.log")
+
+
+@pytest.fixture(scope="module")
+def baseline(data, tmp_path_factory):
+    return train(data, "unpacked", tmp_path_factory.mktemp("unpacked") / "out", **ONE_BATCH)
+
+
+@pytest.mark.parametrize("extra, flags", [
+    ([], ONE_BATCH),
+    (["--use_xla"], ONE_BATCH),
+    (["--cpu_devices=2"], ACCUMULATED),
+    (["--cpu_devices=2", "--use_xla"], ACCUMULATED),
+], ids=["one-device", "xla", "mirrored-accumulated", "mirrored-accumulated-xla"])
+def test_packed_training_matches_unpacked(data, baseline, tmp_path, extra, flags):
+    _, base_metrics, base_log = baseline
+    result, metrics, log = train(data, "packed", tmp_path / "out", *extra, eval_batch=4, **flags)
+    assert "packed rows" in result.stderr
+    for key, value in base_metrics.items():
+        if key != "global_step":
+            assert metrics[key] == pytest.approx(value, abs=METRIC_TOL), key
+    # Every update trains all 16 sequences: the eval falls at 48 samples in both runs.
+    assert values(log, "eval_accuracy") == pytest.approx(values(base_log, "eval_accuracy"),
+                                                         abs=METRIC_TOL)
+    assert [r["metadata"]["epoch_num"] for r in log if r["key"] == "eval_accuracy"] == [48]
+    assert values(log, "train_samples") == values(base_log, "train_samples") == [48]
+    assert values(log, "global_batch_size") == [16]
+    assert values(log, "eval_samples") == values(base_log, "eval_samples") == [16]
+
+
+def test_checkpoint_evaluates_alike_on_packed_and_unpacked_records(data, tmp_path):
+    results = {}
+    for kind, batch in (("unpacked", 16), ("packed", 2)):
+        out = tmp_path / kind
+        result = run_trainer(*as_flags(data["common"]), "--do_eval", "--nodo_train",
+                             f"--init_checkpoint={data['checkpoint']}",
+                             f"--input_file={data[kind]}", f"--eval_batch_size={batch}",
+                             "--max_eval_steps=100", f"--output_dir={out}")
+        assert "eval of 16 records" in result.stderr
+        results[kind] = read_eval_results(out / "eval_results.txt")
+    for key, value in results["unpacked"].items():
+        assert results["packed"][key] == pytest.approx(value, abs=METRIC_TOL), key
+
+
+def test_packed_eval_counts_sequences_not_rows(data, tmp_path):
+    """max_eval_steps x eval_batch_size counts sequences: 2 x 5 = 10 of the 16, the last row
+    that holds them weighing only the sequences up to the tenth."""
+    result = run_trainer(*as_flags(data["common"]), "--do_eval", "--nodo_train",
+                         f"--init_checkpoint={data['checkpoint']}",
+                         f"--input_file={data['packed']}", "--eval_batch_size=2",
+                         "--max_eval_steps=5", f"--output_dir={tmp_path}")
+    assert "eval of 10 records" in result.stderr
+
+
+# ------------------------------------------------------------------------------ bad packed input
+def _packed_row(**changes):
+    spec = packed_feature_spec(SEQ, 8, 3)
+    row = {name: np.zeros((1,) + item.shape, np.float32 if item.dtype == "float32"
+                          else np.int64) for name, item in spec.items()}
+    row["input_ids"][0, :20] = 7
+    row["sequence_ids"][0, :20] = [1] * 10 + [2] * 10
+    row["position_ids"][0, :20] = list(range(10)) * 2
+    row["masked_lm_positions"][0, :2] = [3, 13]
+    row["masked_lm_ids"][0, :2] = 9
+    row["masked_lm_weights"][0, :2] = 1
+    row["next_sentence_positions"][0, :2] = [0, 10]
+    row["next_sentence_weights"][0, :2] = 1
+    for name, (index, value) in changes.items():
+        row[name][(0,) + index] = value
+    return row
+
+
+def _write_rows(path, count=4, **changes):
+    rows = [_packed_row(**(changes if i == count - 1 else {})) for i in range(count)]
+    columns = {name: np.concatenate([row[name] for row in rows]) for name in rows[0]}
+    with open(path, "wb") as handle:
+        write_records(handle, encode_examples(columns))
+    return path
+
+
+def _eval_only(data, path, out, *extra):
+    return run_trainer(*as_flags(data["common"]), "--do_eval", "--nodo_train",
+                       f"--init_checkpoint={data['checkpoint']}", f"--input_file={path}",
+                       "--eval_batch_size=2", f"--output_dir={out}", *extra, check=False)
+
+
+@pytest.mark.parametrize("changes, problem", [
+    ({"sequence_ids": ((12,), 3)}, "sequence_ids are not contiguous (1..k in order, then 0 "
+                                    "for padding)"),
+    ({"masked_lm_positions": ((1,), 30)}, "a masked position lies outside the row's sequences"),
+    ({"position_ids": ((11,), 5)}, "position_ids do not restart at 0 with each sequence"),
+], ids=["sequence-ids", "masked-position", "position-ids"])
+def test_malformed_packed_rows_are_named_in_one_line(data, tmp_path, changes, problem):
+    path = _write_rows(tmp_path / "rows", **changes)
+    result = _eval_only(data, path, tmp_path / "out")
+    assert_one_error_line(result, f"error: --input_file: {path}: record 3: {problem}")
+
+
+def test_rows_longer_than_max_seq_length_are_one_line(data, tmp_path):
+    path = _write_rows(tmp_path / "rows")
+    result = _eval_only(data, path, tmp_path / "out", "--max_seq_length=32")
+    assert_one_error_line(result, f"error: --input_file: {path}: packed rows of 64 tokens, but "
+                                  "--max_seq_length=32")
+
+
+def test_a_mix_of_packed_and_unpacked_files_is_one_line(data, tmp_path):
+    result = run_trainer(*as_flags(data["common"]), *as_flags(TRAIN), *as_flags(ONE_BATCH),
+                         f"--input_file={data['packed']},{data['unpacked']}",
+                         f"--eval_file={data['unpacked']}", f"--output_dir={tmp_path}",
+                         check=False)
+    assert_one_error_line(result, f"error: --input_file: {data['unpacked']}: unpacked records "
+                                  "among packed ones: a set of files must be all packed or all "
+                                  "unpacked")
+
+
+def test_closed_run_with_a_packed_eval_set_of_other_size_is_one_line(data, tmp_path):
+    result = run_trainer(*as_flags(data["common"]), *as_flags(TRAIN), *as_flags(ONE_BATCH),
+                         f"--input_file={data['packed']}", f"--eval_file={data['packed']}",
+                         "--submission_division=closed", f"--output_dir={tmp_path}",
+                         check=False)
+    assert_one_error_line(result, "error: --eval_file: the packed eval files hold 16 sequences "
+                                  "evaluated; a closed-division run evaluates the 10,000 of "
+                                  "eval_10k (pack eval_10k alone)")
