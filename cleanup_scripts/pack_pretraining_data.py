@@ -175,33 +175,40 @@ def _narrow(values: np.ndarray) -> np.ndarray:
         values.min() >= 0 and values.max() < 1 << 16) else values.astype(np.int64)
 
 
+def sequences_from_columns(columns: dict[str, np.ndarray]) -> Sequences:
+    """`Sequences` from unpacked feature columns ([records, length] arrays of
+    create_pretraining_data's features; checked by the caller)."""
+    lengths = columns["input_mask"].sum(axis=1)
+    filled = np.arange(columns["input_mask"].shape[1])[None, :] < lengths[:, None]
+    real = columns["masked_lm_weights"] != 0
+    return Sequences(
+        tokens=_narrow(columns["input_ids"][filled]),
+        segments=_narrow(columns["segment_ids"][filled]),
+        lengths=lengths.astype(np.int32), prediction_counts=real.sum(axis=1).astype(np.int32),
+        prediction_positions=columns["masked_lm_positions"][real].astype(np.int32),
+        prediction_ids=_narrow(columns["masked_lm_ids"][real]),
+        prediction_weights=columns["masked_lm_weights"][real].astype(np.float32),
+        labels=np.asarray(columns["next_sentence_labels"])[:, 0])
+
+
 def read_sequences(path: str, options: PackOptions) -> Sequences:
     """Every record of `path` as `Sequences` (checked as in pass 1, and every id >= 0)."""
     names = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
              "masked_lm_weights", "next_sentence_labels")
-    parts: dict[str, list[np.ndarray]] = {key: [] for key in Sequences.__dataclass_fields__}
+    parts: list[Sequences] = []
     for first, chunk in _parse_chunks(path, options, names):
-        lengths, counts = _lengths_and_predictions(
-            path, first, chunk["input_mask"], chunk["masked_lm_weights"],
-            chunk["masked_lm_positions"])
+        _lengths_and_predictions(path, first, chunk["input_mask"], chunk["masked_lm_weights"],
+                                 chunk["masked_lm_positions"])
         for name in ("input_ids", "segment_ids", "masked_lm_ids", "next_sentence_labels"):
             negative = np.flatnonzero((chunk[name] < 0).any(axis=1))
             if negative.size:
                 raise InputError(f"{path}: record {first + negative[0]}: {name} holds a "
                                  "negative value")
-        filled = np.arange(options.max_seq_length)[None, :] < lengths[:, None]
-        real = chunk["masked_lm_weights"] != 0
-        parts["tokens"].append(_narrow(chunk["input_ids"][filled]))
-        parts["segments"].append(_narrow(chunk["segment_ids"][filled]))
-        parts["lengths"].append(lengths.astype(np.int32))
-        parts["prediction_counts"].append(counts.astype(np.int32))
-        parts["prediction_positions"].append(chunk["masked_lm_positions"][real].astype(np.int32))
-        parts["prediction_ids"].append(_narrow(chunk["masked_lm_ids"][real]))
-        parts["prediction_weights"].append(chunk["masked_lm_weights"][real])
-        parts["labels"].append(chunk["next_sentence_labels"][:, 0])
-    if not parts["lengths"]:
+        parts.append(sequences_from_columns(chunk))
+    if not parts:
         raise InputError(f"{path}: holds no records")
-    return Sequences(**{key: np.concatenate(values) for key, values in parts.items()})
+    return Sequences(**{key: np.concatenate([getattr(part, key) for part in parts])
+                        for key in Sequences.__dataclass_fields__})
 
 
 # ---- writing ------------------------------------------------------------------------------------
@@ -261,34 +268,62 @@ def file_seed(random_seed: int, path: str) -> int:
     return zlib.crc32(f"{random_seed}:{os.path.basename(path)}".encode()) & 0xFFFFFFFF
 
 
+@dataclass(frozen=True)
+class RowOrder:
+    """Where each sequence goes, sorted by output row then slot: sequence[i] is slot[i] of
+    output row row[i]; `count` rows."""
+
+    row: np.ndarray
+    slot: np.ndarray
+    sequence: np.ndarray
+    count: int
+
+    def most_predictions(self, data: Sequences) -> int:
+        """The most masked-LM predictions any row holds."""
+        per_row = np.bincount(self.row, weights=data.prediction_counts[self.sequence],
+                              minlength=self.count)
+        return int(per_row.max(initial=0))
+
+
+def row_order(data: Sequences, options: PackOptions, seed: int) -> RowOrder:
+    """The packed rows of `data` (`pack_plan` of its length histogram, `assign_sequences`),
+    shuffled by `seed`."""
+    plan = pack_plan(length_histogram(data.lengths, options.max_seq_length),
+                     options.max_seq_length, options.max_sequences_per_pack)
+    rows = assign_sequences(data.lengths, plan)
+    order = np.random.RandomState(seed).permutation(rows.count)
+    position_of_row = np.empty(rows.count, dtype=np.int64)
+    position_of_row[order] = np.arange(rows.count)
+    out_row = position_of_row[rows.row]
+    by_output = np.lexsort((rows.slot, out_row))
+    return RowOrder(out_row[by_output], rows.slot[by_output], rows.sequence[by_output],
+                    rows.count)
+
+
+def row_columns(data: Sequences, order: RowOrder, begin: int, count: int,
+                layout: RecordLayout) -> dict[str, np.ndarray]:
+    """The packed features (`layout`'s) of output rows begin .. begin + count - 1."""
+    low, high = np.searchsorted(order.row, [begin, begin + count])
+    token_start = np.cumsum(data.lengths, dtype=np.int64) - data.lengths
+    prediction_start = np.cumsum(data.prediction_counts, dtype=np.int64) - data.prediction_counts
+    return _row_columns(data, token_start, prediction_start, order.row[low:high] - begin,
+                        order.slot[low:high], order.sequence[low:high], count, layout)
+
+
 def pack_file(job: tuple[str, str, PackOptions, int]) -> PackStats:
     """Pass 2 for one file (job: input path, output path, options, the rows' masked-LM width):
     write its packed rows, shuffled; returns its counts."""
     path, output, options, max_predictions = job
     data = read_sequences(path, options)
-    plan = pack_plan(length_histogram(data.lengths, options.max_seq_length),
-                     options.max_seq_length, options.max_sequences_per_pack)
-    rows = assign_sequences(data.lengths, plan)
-    order = np.random.RandomState(file_seed(options.random_seed, path)).permutation(rows.count)
-    position_of_row = np.empty(rows.count, dtype=np.int64)
-    position_of_row[order] = np.arange(rows.count)
-    out_row = position_of_row[rows.row]
-    by_output = np.lexsort((rows.slot, out_row))
-    out_row, slot, sequence = out_row[by_output], rows.slot[by_output], rows.sequence[by_output]
-    token_start = np.cumsum(data.lengths, dtype=np.int64) - data.lengths
-    prediction_start = np.cumsum(data.prediction_counts, dtype=np.int64) - data.prediction_counts
+    order = row_order(data, options, file_seed(options.random_seed, path))
     layout = RecordLayout(True, options.max_seq_length, max_predictions,
                           options.max_sequences_per_pack)
-    bounds = np.searchsorted(out_row, np.arange(0, rows.count + WRITE_CHUNK, WRITE_CHUNK))
     with atomic_output(output, "wb") as handle:
-        for begin in range(0, rows.count, WRITE_CHUNK):
-            low, high = bounds[begin // WRITE_CHUNK], bounds[begin // WRITE_CHUNK + 1]
-            count = min(WRITE_CHUNK, rows.count - begin)
-            columns = _row_columns(data, token_start, prediction_start,
-                                   out_row[low:high] - begin, slot[low:high],
-                                   sequence[low:high], count, layout)
+        for begin in range(0, order.count, WRITE_CHUNK):
+            columns = row_columns(data, order, begin, min(WRITE_CHUNK, order.count - begin),
+                                  layout)
             handle.write(b"".join(frame_record(record) for record in encode_examples(columns)))
-    return PackStats(int(data.lengths.size), rows.count, int(data.lengths.sum()),
+    return PackStats(int(data.lengths.size), order.count, int(data.lengths.sum()),
                      options.max_seq_length)
 
 
