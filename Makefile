@@ -9,6 +9,8 @@ DUMP     ?=
 RESULTS  ?=
 OUT      ?= build/dataset
 NWORKER  ?= 0
+# PACK=1: also pack the TFRecords into OUT/tfrecords_packed (the same as PREPROCESS_ARGS=--pack).
+PACK     ?=
 PREPROCESS_ARGS ?=
 # make verify: a directory holding official artifacts (or a preprocess output).
 DIR      ?= $(OUT)
@@ -33,11 +35,14 @@ GPU ?=
 PRESET ?= $(or $(TPU),$(GPU),demo)
 DATA ?=
 INIT_CHECKPOINT ?=
-TRAIN_OUT ?= build/train/$(PRESET)
+TRAIN_OUT ?= build/train/$(PRESET)$(if $(PACKED),-packed)
 TPU_NAME ?=
 TPU_ZONE ?=
 GCP_PROJECT ?=
 TRAIN_ARGS ?=
+# PACKED=1: the default dataset's packed TFRecords (make preprocess PACK=1); with DATA, point
+# DATA at a packed folder instead (the trainer reads what the records hold).
+PACKED ?=
 # make check: a log, a results folder, or a submission tree.
 LOG        ?=
 SUBMISSION ?=
@@ -60,7 +65,7 @@ test-all:
 preprocess:
 	$(PY) -m cleanup_scripts.preprocess --output_dir=$(OUT) --nworker=$(NWORKER) \
 		$(if $(DUMP),--dump=$(DUMP)) $(if $(RESULTS),--results_text=$(RESULTS)) \
-		$(PREPROCESS_ARGS)
+		$(if $(PACK),--pack) $(PREPROCESS_ARGS)
 
 download:
 	$(PY) -m cleanup_scripts.download --output_dir=$(DIR) --artifacts=$(ARTIFACTS) \
@@ -77,7 +82,7 @@ train:
 	$(PY) -m reference.run_pretraining --preset=$(PRESET) --output_dir=$(TRAIN_OUT) \
 		$(if $(DATA),--data_dir=$(DATA)) $(if $(INIT_CHECKPOINT),--init_checkpoint=$(INIT_CHECKPOINT)) \
 		$(if $(TPU_NAME),--tpu_name=$(TPU_NAME)) $(if $(TPU_ZONE),--tpu_zone=$(TPU_ZONE)) \
-		$(if $(GCP_PROJECT),--gcp_project=$(GCP_PROJECT)) $(TRAIN_ARGS)
+		$(if $(GCP_PROJECT),--gcp_project=$(GCP_PROJECT)) $(if $(PACKED),--packed) $(TRAIN_ARGS)
 
 # Ten real demo runs laid out as an (open division) submission, then checked.
 EXAMPLE_ARGS ?=

@@ -4,7 +4,8 @@
         [--dump=SAMPLE.xml.bz2] [--dump_copies=4] \\
         [--text_dir=build/dataset/text] [--text_copies=8] [--text_only] \\
         [--part=build/dataset/results/part-00000-of-00500] [--part_copies=8] \\
-        [--output=build/bench/preprocess.md]
+        [--tfrecord_part=build/dataset/tfrecords/part-00000-of-00500] [--pack_copies=16] \\
+        [--pack_only] [--output=build/bench/preprocess.md]
 
 Both sides run as separate processes on the same inputs and flags on this machine; each is
 measured from outside (wall seconds, CPU seconds, peak RSS from wait4). Outputs are compared
@@ -22,6 +23,12 @@ plain XML, through `cleanup_scripts.wikiextractor_275` on this Python, or the or
 `--extractor_python`, e.g. a Python 3.7), against ours on the same XML and on the same pages as a
 multistream bz2 (decompression included), one process each, then ours on every core. Ends with
 a projection of the whole `make preprocess DUMP=` of the official dump on larger machines.
+
+Packing (`pack_pretraining_data`, which the reference lacks, so ours alone): the packer CLI
+with one worker on `--pack_copies` and twice as many concatenated copies of `--tfrecord_part`
+(by default the TFRecords of `--part`), measured from outside like the rest, and projected to
+the 500 official parts on 32, 64 and 96 cores. `--pack_only` runs this bench alone (no
+reference needed).
 """
 from __future__ import annotations
 
@@ -45,6 +52,7 @@ from benchmark.errors import exit_on_user_error
 from cleanup_scripts import (PUNKT_ENGLISH_DIR, SAMPLE_DUMP, VOCAB_FILE, checksums, dump_chunks,
                              wikiextractor_275)
 from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir
+from cleanup_scripts.pretraining_features import count_records
 from cleanup_scripts.tfrecord_digest import tfrecord_digest
 
 PRETRAINING_FLAGS = ("--do_lower_case=True", f"--max_seq_length={constants.MAX_SEQ_LENGTH}",
@@ -89,6 +97,9 @@ PROJECTION_CORES = (32, 64, 96)
 OFFICIAL_DUMP = "enwiki-20200101-pages-articles-multistream.xml"
 OFFICIAL_PARTS = constants.GATHER_NUM_OUTPUTS
 OFFICIAL_PART_MB = 27.0
+# The official training TFRecords: 500 parts, 365 GB, 156.7 M sequences (~313,000 per part).
+OFFICIAL_TFRECORD_MB = 365_000.0
+OFFICIAL_SEQUENCES = 156.7e6
 
 
 @dataclass
@@ -274,6 +285,44 @@ def bench_pretraining(reference_dir: Path, part: Path, copies: int, work: Path) 
     return results
 
 
+def bench_packing(tfrecord_part: Path, copies: int, work: Path) -> dict:
+    """Our packer (`pack_pretraining_data --nworker=1`) on `copies` and `2 * copies`
+    concatenated copies of `tfrecord_part`. With one worker the packer works in its own
+    process (a spawned worker would be counted too: wait4 includes waited-for children), so
+    the peak RSS measured is the worker's.
+
+    Returns {"sizes_mb": [small, large] input MB, "sequences": [small, large] records in,
+    "rows": [small, large] packed rows out, "measured": [Measurement small, large]}. Each
+    input is written one copy at a time: this process stays small while it measures.
+    """
+    data = tfrecord_part.read_bytes()
+    records = count_records(tfrecord_part)
+    results: dict = {"sizes_mb": [], "sequences": [], "rows": [], "measured": []}
+    for count in (copies, 2 * copies):
+        source, output = work / f"tfrecords-x{count}", work / f"packed-x{count}"
+        with open(source, "wb") as out:
+            for _ in range(count):
+                out.write(data)
+        command = [sys.executable, "-m", "cleanup_scripts.pack_pretraining_data",
+                   f"--input_file={source}", f"--output_file={output}",
+                   f"--max_seq_length={constants.MAX_SEQ_LENGTH}",
+                   f"--max_predictions_per_seq={constants.MAX_PREDICTIONS_PER_SEQ}",
+                   "--nworker=1"]
+        results["measured"].append(measure([command], str(work)))
+        results["sizes_mb"].append(len(data) * count / 1e6)
+        results["sequences"].append(records * count)
+        results["rows"].append(count_records(output))
+    return results
+
+
+def fitted_cpu_s(sizes_mb: list[float], measurements: list[Measurement]
+                 ) -> tuple[float, float]:
+    """(start-up CPU seconds, CPU seconds per MB) through two runs of measured sizes."""
+    (small, large), (low, high) = sizes_mb, measurements
+    per_mb = max(0.0, (high.cpu_s - low.cpu_s) / (large - small))
+    return max(0.0, low.cpu_s - per_mb * small), per_mb
+
+
 def project_rss_mb(sizes_mb: list[float], measurements: list[Measurement], part_mb: float
                    ) -> float:
     """Peak RSS of a `part_mb` part from two measured sizes: fixed cost + cost per MB."""
@@ -363,6 +412,56 @@ def projection_lines(extraction: dict, text: dict, pre: dict, memory_gb_per_core
     return lines
 
 
+def packing_report_lines(pack: dict, copies: int, memory_gb_per_core: float) -> list[str]:
+    """Markdown for packing: the measured rows (ours only), then the projection to the 500
+    official parts, memory per worker bounded by the largest input file."""
+    rows = []
+    for count, size_mb, sequences, m in zip((copies, 2 * copies), pack["sizes_mb"],
+                                            pack["sequences"], pack["measured"]):
+        rows.append(f"| pack, {count} x the part | ours, 1 worker | {size_mb:.1f} | "
+                    f"{sequences:,} | {m.wall_s:.1f} | {m.cpu_s:.1f} | {size_mb / m.cpu_s:.2f} | "
+                    f"{sequences / m.cpu_s:,.0f} | {m.peak_rss_mb:.0f} |")
+    return [
+        "Packing (`pack_pretraining_data --nworker=1`; the reference has no packer, so no "
+        f"reference column): {pack['sequences'][-1]:,} sequences -> {pack['rows'][-1]:,} rows "
+        f"({pack['sequences'][-1] / pack['rows'][-1]:.3f} per row).", "",
+        "| stage | side | input MB | sequences | wall s | CPU s | MB/s per core | "
+        "sequences/s per core | peak RSS MB |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|", *rows, "",
+        *packing_projection_lines(pack, memory_gb_per_core)]
+
+
+def packing_projection_lines(pack: dict, memory_gb_per_core: float) -> list[str]:
+    """Markdown: packing the official TFRecords (OFFICIAL_PARTS parts, OFFICIAL_TFRECORD_MB)
+    on each of PROJECTION_CORES cores: start-up and CPU seconds per MB, and a worker's peak
+    RSS, fitted to the two measured sizes; one part per core while `memory_gb_per_core`
+    allows."""
+    part_mb = OFFICIAL_TFRECORD_MB / OFFICIAL_PARTS
+    start_cpu, cpu_per_mb = fitted_cpu_s(pack["sizes_mb"], pack["measured"])
+    part_rss = project_rss_mb(pack["sizes_mb"], pack["measured"], part_mb)
+    lines = [
+        f"Projection: packing all {OFFICIAL_PARTS} official parts "
+        f"({OFFICIAL_TFRECORD_MB / 1000:.0f} GB of TFRecords, "
+        f"{OFFICIAL_SEQUENCES / 1e6:.1f} M sequences; {part_mb:.0f} MB and about "
+        f"{OFFICIAL_SEQUENCES / OFFICIAL_PARTS:,.0f} sequences per part), CPU time only (the "
+        "two reads of the inputs and the writes are not modelled), fitted to the two runs: "
+        f"{start_cpu:.1f} CPU-s of start-up (TensorFlow's import, once per worker and pass), "
+        f"then {cpu_per_mb:.4f} CPU-s per MB ({1 / max(cpu_per_mb, 1e-9):.0f} MB/s per core). "
+        "Memory per worker is bounded by the largest input file, never by the data set: a "
+        "worker holds one file's sequences as token arrays (about 0.4 GB for a 313,000-record "
+        "part) besides TensorFlow's import and its parsing buffers; the fixed plus per-MB "
+        f"peak RSS of the two runs gives {part_rss / 1024:.2f} GB for a {part_mb:.0f} MB part. "
+        f"{memory_gb_per_core:.0f} GB per core assumed.", "",
+        "| cores | parts at once | their memory GB | pack h |", "|---:|---:|---:|---:|"]
+    for cores in PROJECTION_CORES:
+        parallel = max(1, min(cores, int(memory_gb_per_core * cores * 1024 // part_rss)))
+        waves = -(-OFFICIAL_PARTS // parallel)
+        hours = (2 * start_cpu + waves * part_mb * cpu_per_mb) / 3600  # two pools start
+        lines.append(f"| {cores} | {parallel} | {parallel * part_rss / 1024:.0f} | "
+                     f"{hours:.2f} |")
+    return lines + [""]
+
+
 def extraction_report_lines(extraction: dict, copies: int) -> list[str]:
     """Markdown for extraction: identity of the outputs, the table, our scaling."""
     digests = {extraction[side][1] for side in ("reference", "ours", "ours-bz2", "ours-bz2-all")}
@@ -419,11 +518,12 @@ def pretraining_report_lines(pre: dict) -> list[str]:
         *ratio_rows("create_pretraining_data", large_mb, ref_pre, ours_pre), ""]
 
 
-def main(argv: list[str] | None = None) -> None:
-    """CLI: run the benches (the text stages only with --text_only); write the markdown report."""
+def argument_parser() -> argparse.ArgumentParser:
+    """The bench's flags."""
     parser = argparse.ArgumentParser(description="Data pipeline bench, ours vs the reference.")
-    parser.add_argument("--reference_dir", required=True,
-                        help="The reference's cleanup_scripts folder (from mlcommons/training).")
+    parser.add_argument("--reference_dir", default=None,
+                        help="The reference's cleanup_scripts folder (from mlcommons/training); "
+                             "needed unless --pack_only.")
     parser.add_argument("--reference_python", default=sys.executable,
                         help="Python for the reference's text scripts; one with NLTK 3.4.5 "
                              "(the dataset's version) makes their output identical to ours.")
@@ -441,45 +541,86 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--text_copies", type=int, default=8,
                         help="Copies of --text_dir's files that the text stages run on.")
     parser.add_argument("--text_only", action="store_true",
-                        help="Bench the text stages only (no create_pretraining_data).")
+                        help="Bench the text stages only (no create_pretraining_data, no "
+                             "packing).")
     parser.add_argument("--part", default="build/dataset/results/part-00000-of-00500",
                         help="A text part for create_pretraining_data.")
     parser.add_argument("--part_copies", type=int, default=8,
                         help="Copies of --part concatenated into the pretraining input.")
+    parser.add_argument("--tfrecord_part", default=None,
+                        help="A TFRecord part for the packer (default: --part's, PART/../"
+                             "tfrecords/NAME).")
+    parser.add_argument("--pack_copies", type=int, default=16,
+                        help="Copies of --tfrecord_part concatenated into the packer's input "
+                             "(it also runs on twice as many).")
+    parser.add_argument("--pack_only", action="store_true",
+                        help="Bench the packer only (no reference needed).")
     parser.add_argument("--num_test_articles", type=int, default=20)
     parser.add_argument("--block_size", type=float, default=1.5)
     parser.add_argument("--memory_gb_per_core", type=float, default=4.0,
                         help="Memory per core assumed by the projection.")
     parser.add_argument("--output", default="build/bench/preprocess.md")
-    args = parser.parse_args(argv)
-    reference_dir = Path(args.reference_dir)
-    if not (reference_dir / "create_pretraining_data.py").is_file():
-        raise InputError(f"{reference_dir}: no create_pretraining_data.py (the reference's "
-                         "cleanup_scripts folder is needed)")
+    return parser
+
+
+def tfrecord_part_of(args: argparse.Namespace) -> Path:
+    """The TFRecord part the packer runs on: --tfrecord_part, else the one --part became."""
+    if args.tfrecord_part:
+        return Path(args.tfrecord_part)
     part = Path(args.part)
-    if not args.text_only and not part.is_file():
-        raise InputError(f"{part}: no such text part; run make preprocess first")
-    if args.text_copies < 1 or args.dump_copies < 1:
-        raise InputError("--text_copies and --dump_copies must be at least 1")
-    with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
-        work = Path(scratch)
+    return part.parent.parent / "tfrecords" / part.name
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """InputError (one line) for a missing input or a copy count below 1."""
+    if args.text_copies < 1 or args.dump_copies < 1 or args.pack_copies < 1:
+        raise InputError("--text_copies, --dump_copies and --pack_copies must be at least 1")
+    if not (args.text_only or tfrecord_part_of(args).is_file()):
+        raise InputError(f"{tfrecord_part_of(args)}: no such TFRecord part; run make "
+                         "preprocess first")
+    if args.pack_only:
+        return
+    if not args.reference_dir:
+        raise InputError("--reference_dir: give the reference's cleanup_scripts folder (from "
+                         "mlcommons/training), or --pack_only")
+    if not (Path(args.reference_dir) / "create_pretraining_data.py").is_file():
+        raise InputError(f"{args.reference_dir}: no create_pretraining_data.py (the "
+                         "reference's cleanup_scripts folder is needed)")
+    if not args.text_only and not Path(args.part).is_file():
+        raise InputError(f"{args.part}: no such text part; run make preprocess first")
+
+
+def report_lines(args: argparse.Namespace, work: Path) -> list[str]:
+    """Run the benches `args` ask for in the scratch folder `work`; the report's markdown."""
+    lines = [
+        f"# Data pipeline bench, {datetime.date.today()} on {platform.node()} "
+        f"({os.cpu_count()} cores, Python {platform.python_version()})", ""]
+    if not args.pack_only:
+        reference_dir = Path(args.reference_dir)
         extraction = bench_extraction(Path(args.dump), args.dump_copies, work / "extract",
                                       args.extractor_python)
         text = bench_text_stages(reference_dir, Path(args.text_dir), work / "text",
                                  args.num_test_articles, args.block_size,
                                  args.reference_python, args.reference_nltk_data,
                                  args.text_copies)
-        pre = None if args.text_only else bench_pretraining(reference_dir, part,
-                                                             args.part_copies, work)
-    lines = [
-        f"# Data pipeline bench, {datetime.date.today()} on {platform.node()} "
-        f"({os.cpu_count()} cores, Python {platform.python_version()})", "",
-        *extraction_report_lines(extraction, args.dump_copies),
-        *text_report_lines(text, args.text_copies)]
-    if pre is not None:
-        lines += pretraining_report_lines(pre)
-        lines += projection_lines(extraction, text, pre, args.memory_gb_per_core)
-    report = "\n".join(lines) + "\n"
+        lines += [*extraction_report_lines(extraction, args.dump_copies),
+                  *text_report_lines(text, args.text_copies)]
+        if args.text_only:
+            return lines
+        pre = bench_pretraining(reference_dir, Path(args.part), args.part_copies, work)
+        lines += [*pretraining_report_lines(pre),
+                  *projection_lines(extraction, text, pre, args.memory_gb_per_core), ""]
+    pack = bench_packing(tfrecord_part_of(args), args.pack_copies, ensure_dir(work / "pack"))
+    return lines + packing_report_lines(pack, args.pack_copies, args.memory_gb_per_core)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """CLI: run the benches (the text stages only with --text_only, the packer only with
+    --pack_only); write the markdown report to --output and print it."""
+    args = argument_parser().parse_args(argv)
+    check_args(args)
+    with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
+        report = "\n".join(report_lines(args, Path(scratch))) + "\n"
     ensure_dir(Path(args.output).parent)
     with atomic_output(args.output) as out:
         out.write(report)

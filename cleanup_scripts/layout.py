@@ -15,6 +15,7 @@ class DatasetLayout:
     work/train/...         training articles only             (.4)
     results/               part-XXXXX-of-00500, eval.txt, eval.md5
     tfrecords/             part-XXXXX-of-00500, eval_intermediate, eval_10k
+    tfrecords_packed/      part-XXXXX-of-00500, eval_10k packed (only with --pack)
     manifest.tsv           path, bytes and md5 of every output
     .state/                one record per finished stage, for resumption
     """
@@ -42,6 +43,10 @@ class DatasetLayout:
         return self.root / "tfrecords"
 
     @property
+    def packed_dir(self) -> Path:
+        return self.root / "tfrecords_packed"
+
+    @property
     def manifest(self) -> Path:
         return self.root / "manifest.tsv"
 
@@ -66,3 +71,9 @@ class DatasetLayout:
         texts = sorted(self.results_dir.glob("part-*")) + [self.results_dir / "eval.txt"]
         return [(text, self.tfrecord_dir / ("eval_intermediate" if text.name == "eval.txt"
                                             else text.name)) for text in texts]
+
+    def packed_sources(self) -> list[tuple[Path, Path]]:
+        """(TFRecord, packed TFRecord) pairs: each training part of tfrecords/, then eval_10k."""
+        records = [target for _, target in self.tfrecord_sources()
+                   if target.name != "eval_intermediate"] + [self.tfrecord_dir / "eval_10k"]
+        return [(record, self.packed_dir / record.name) for record in records]

@@ -7,7 +7,9 @@ Stages, in order (each ends with a summary line; see cleanup_scripts.layout for 
 fetch (download and md5-verify the dump when it is a URL or an official file), extract
 (WikiExtractor with time magic words fixed to --date), clean (cleanup_file + clean.sh),
 segment (Punkt as NLTK 3.4.5), separate (eval articles), gather (parts), tfrecords
-(create_pretraining_data per part and for eval.txt), eval_10k (pick_eval_samples) and manifest.
+(create_pretraining_data per part and for eval.txt), eval_10k (pick_eval_samples), with --pack
+pack (cleanup_scripts.pack_pretraining_data: the training parts packed together, eval_10k on
+its own, into tfrecords_packed/), and manifest.
 
 Without --dump it runs on the Wikipedia slice shipped in the repository with small-input
 defaults (20 test articles, 1.5 MiB parts); with --dump the benchmark's values apply.
@@ -63,6 +65,8 @@ from cleanup_scripts.fileio import (DiskFullError, InputError, atomic_output, di
                                     ensure_dir, exclusive_lock, temporary_name)
 from cleanup_scripts.layout import DatasetLayout
 from cleanup_scripts.ledger import Entry, OutputLedger
+from cleanup_scripts.pack_pretraining_data import MAX_SEQUENCES_PER_PACK, PackOptions, pack_files
+from cleanup_scripts.packing import PackStats
 from cleanup_scripts.runner import (StageSummary, map_in_workers, report, total_bytes,
                                     worker_count)
 from cleanup_scripts.seperate_test_set import separate_files
@@ -70,6 +74,7 @@ from cleanup_scripts.seperate_test_set import separate_files
 SAMPLE_NUM_TEST_ARTICLES = 20
 SAMPLE_BLOCK_SIZE_MB = 1.5
 MAX_NWORKER = 1024
+MAX_SEQUENCES_PER_PACK_LIMIT = 64  # the packer's own bound
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,8 @@ class Options:
     nworker: int
     results_text: str = ""  # the official results/ text folder; "" builds from `dump`
     verify_outputs: bool = False
+    pack: bool = False  # also write tfrecords_packed/ (the pack stage)
+    max_sequences_per_pack: int = MAX_SEQUENCES_PER_PACK
 
 
 StageBody = Callable[[DatasetLayout, Options, OutputLedger], StageSummary]
@@ -505,10 +512,42 @@ def run_eval_10k(layout: DatasetLayout, options: Options, ledger: OutputLedger
     return StageSummary("eval_10k", 1, picked, os.path.getsize(source), started)
 
 
+@dataclass
+class PackSummary(StageSummary):
+    """The pack stage's summary: files packed, rows written, then what packing saved."""
+
+    packing: PackStats
+
+    def line(self) -> str:
+        """The summary line of a stage, then the packer's counts (sequences, rows, padding)."""
+        return f"{super().line()}; {self.packing.line()}"
+
+
+def run_pack(layout: DatasetLayout, options: Options, ledger: OutputLedger) -> PackSummary:
+    """Pack the training parts of tfrecords/ in one packer call (so their rows share one
+    masked-LM width) and eval_10k in another, into a fresh tfrecords_packed/; same names."""
+    started = time.time()
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # the packer's TensorFlow: no CUDA lines
+    shutil.rmtree(layout.packed_dir, ignore_errors=True)
+    pairs = layout.packed_sources()
+    settings = PackOptions(options.max_seq_length, options.max_predictions_per_seq,
+                           options.max_sequences_per_pack, options.random_seed)
+    packing = PackStats(max_seq_length=options.max_seq_length)
+    for group in (pairs[:-1], pairs[-1:]):
+        result = pack_files([str(source) for source, _ in group],
+                            [str(target) for _, target in group], settings, options.nworker)
+        ledger.record_all(target for _, target in group)
+        packing.add(result.stats)
+    return PackSummary("pack", len(pairs), packing.rows,
+                       total_bytes(str(source) for source, _ in pairs), started, packing)
+
+
 def run_manifest(layout: DatasetLayout, options: Options, ledger: OutputLedger
                  ) -> StageSummary:
     started = time.time()
-    outputs = sorted(p for folder in (layout.text_dir, layout.results_dir, layout.tfrecord_dir)
+    folders = [layout.text_dir, layout.results_dir, layout.tfrecord_dir]
+    folders += [layout.packed_dir] if options.pack else []
+    outputs = sorted(p for folder in folders
                      for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
     with atomic_output(layout.manifest) as out:
         out.write("path\tbytes\tmd5\n")
@@ -556,9 +595,25 @@ RESULTS_STAGES = (
 )
 
 
+# With --pack, between eval_10k and manifest; its key chains on the earlier stages' keys, so
+# their parameters (max_seq_length, random_seed, ...) count for it too.
+PACK_STAGE = Stage("pack", run_pack, ("max_sequences_per_pack",),
+                   outputs=lambda layout: [target for _, target in layout.packed_sources()])
+
+
 def route(options: Options) -> tuple[Stage, ...]:
-    """The stages that `options` run: RESULTS_STAGES with --results_text, else STAGES."""
+    """The route that `options` take: RESULTS_STAGES with --results_text, else STAGES."""
     return RESULTS_STAGES if options.results_text else STAGES
+
+
+def with_pack(stages: tuple[Stage, ...]) -> tuple[Stage, ...]:
+    """Route `stages` with the pack stage before its last stage (the manifest)."""
+    return (*stages[:-1], PACK_STAGE, stages[-1])
+
+
+def pipeline(options: Options) -> tuple[Stage, ...]:
+    """The stages a run with `options` goes through: its route, and pack with --pack."""
+    return with_pack(route(options)) if options.pack else route(options)
 
 
 def route_dirs(layout: DatasetLayout, stages: tuple[Stage, ...]) -> list[Path]:
@@ -574,7 +629,7 @@ def stage_keys(options: Options) -> dict[str, str]:
     """A key per stage that changes when its parameters or any earlier stage's change."""
     keys, previous = {}, ""
     values = asdict(options)
-    for stage in route(options):
+    for stage in pipeline(options):
         payload = json.dumps({"previous": previous, "stage": stage.name,
                               "params": {name: values[name] for name in stage.params}},
                              sort_keys=True)
@@ -605,10 +660,13 @@ def _holds(marker: Path, key: str) -> bool:
     return marker.is_file() and marker.read_text() == key
 
 
-def _forget_after(layout: DatasetLayout, stages: tuple[Stage, ...], index: int) -> None:
-    """Make every stage after stages[index] look never run (markers removed)."""
-    for stage in stages[index + 1:]:
-        for marker in _markers(layout, stage):
+def _forget_after(layout: DatasetLayout, options: Options, stage: Stage) -> None:
+    """Make every stage after `stage` look never run (markers removed); pack too in a run
+    without --pack, so that a later --pack run does not keep rows of older TFRecords."""
+    stages = with_pack(route(options))
+    index = [each.name for each in stages].index(stage.name)
+    for later in stages[index + 1:]:
+        for marker in _markers(layout, later):
             marker.unlink(missing_ok=True)
 
 
@@ -673,6 +731,9 @@ def check_options(options: Options) -> None:
     if not 0 <= options.nworker <= MAX_NWORKER:
         raise InputError(f"--nworker={options.nworker}: must be between 0 (all cores) and "
                          f"{MAX_NWORKER}")
+    if not 1 <= options.max_sequences_per_pack <= MAX_SEQUENCES_PER_PACK_LIMIT:
+        raise InputError(f"--max_sequences_per_pack={options.max_sequences_per_pack}: must be "
+                         f"between 1 and {MAX_SEQUENCES_PER_PACK_LIMIT}")
     if not (math.isfinite(options.block_size) and options.block_size > 0):
         raise InputError(f"--block_size={options.block_size}: must be a number of MiB greater "
                          f"than 0")
@@ -732,16 +793,15 @@ def check_inputs(layout: DatasetLayout, options: Options, stages: tuple[Stage, .
 
 def _run_stages(layout: DatasetLayout, options: Options) -> None:
     """The body of `run_pipeline`, once it holds the lock."""
-    stages = route(options)
     keys = stage_keys(options)
-    check_inputs(layout, options, stages, keys)
-    leave_other_route(layout, options, stages)
+    check_inputs(layout, options, route(options), keys)
+    leave_other_route(layout, options, route(options))
     source = os.path.realpath(options.results_text) if options.results_text else None
     if source and not (_results_source(layout).is_file()
                        and _results_source(layout).read_text() == source):
         with atomic_output(_results_source(layout)) as out:
             out.write(source)
-    for index, stage in enumerate(stages):
+    for stage in pipeline(options):
         key = keys[stage.name]
         finished, started = _markers(layout, stage)
         ledger = _ledger(layout, stage)
@@ -769,7 +829,7 @@ def _run_stages(layout: DatasetLayout, options: Options) -> None:
                 ledger.reset()
                 if stage.output_dir is not None:
                     _remove_tree(stage.output_dir(layout), layout, options)
-            _forget_after(layout, stages, index)
+            _forget_after(layout, options, stage)
             layout.manifest.unlink(missing_ok=True)
         with atomic_output(started) as out:
             out.write(key)
@@ -782,7 +842,7 @@ def _run_stages(layout: DatasetLayout, options: Options) -> None:
         if any(redone.get(name, entry).md5 != entry.md5 for name, entry in recorded.items()):
             logging.warning("%s: redone outputs differ from the recorded ones; the stages after "
                             "it run again", stage.name)
-            _forget_after(layout, stages, index)
+            _forget_after(layout, options, stage)
         with atomic_output(finished) as out:
             out.write(key)
         started.unlink()
@@ -817,6 +877,11 @@ flags.DEFINE_integer("random_seed", constants.PRETRAINING_RANDOM_SEED,
                      "Seed of create_pretraining_data.")
 flags.DEFINE_integer("num_eval_examples", constants.EVAL_SAMPLES, "Records in eval_10k.")
 flags.DEFINE_integer("nworker", 0, "Worker processes (0: all cores).")
+flags.DEFINE_bool("pack", False, "Also write tfrecords_packed/: the training parts and eval_10k "
+                  "with up to --max_sequences_per_pack sequences per row "
+                  "(cleanup_scripts.pack_pretraining_data).")
+flags.DEFINE_integer("max_sequences_per_pack", MAX_SEQUENCES_PER_PACK,
+                     "With --pack: the most sequences in one packed row.")
 flags.DEFINE_bool("verify_outputs", False, "Hash every finished output before skipping it "
                   "(default: hash only those whose size or mtime changed since they were made).")
 
@@ -843,6 +908,8 @@ def options_from_flags() -> Options:
         for name in _DUMP_FLAGS:
             if FLAGS[name].present:
                 logging.warning("--%s has no effect with --results_text", name)
+    if FLAGS["max_sequences_per_pack"].present and not FLAGS.pack:
+        logging.warning("--max_sequences_per_pack has no effect without --pack")
     sample = FLAGS.dump is None and results_text is None
     return Options(
         dump="" if results_text else str(SAMPLE_DUMP) if sample else FLAGS.dump,
@@ -857,7 +924,8 @@ def options_from_flags() -> Options:
         masked_lm_prob=FLAGS.masked_lm_prob, short_seq_prob=FLAGS.short_seq_prob,
         dupe_factor=FLAGS.dupe_factor, random_seed=FLAGS.random_seed,
         num_eval_examples=FLAGS.num_eval_examples, nworker=FLAGS.nworker,
-        results_text=results_text or "", verify_outputs=FLAGS.verify_outputs)
+        results_text=results_text or "", verify_outputs=FLAGS.verify_outputs, pack=FLAGS.pack,
+        max_sequences_per_pack=FLAGS.max_sequences_per_pack)
 
 
 def main(argv: list[str]) -> None:

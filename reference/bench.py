@@ -75,7 +75,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import os
 import platform
 import resource
@@ -114,13 +113,19 @@ DEMO_SIZES = {"batch_size": 8, "seq_length": 128, "max_predictions": 20, "steps"
 # name -> (BERT config: a path, or None for --bert_config_file, or a dict; sizes)
 SHAPES = {
     "demo": (DEFAULT_CONFIG, DEMO_SIZES),
+    # What `make train` runs: the demo model on 512-token records with 76 predictions, at the
+    # demo preset's batch (a step's optimizer update is shared by as many sequences as there).
+    "demo-512": (DEFAULT_CONFIG, {"batch_size": 32, "seq_length": 512, "max_predictions": 76,
+                                  "steps": 6, "eval_examples": 64, "eval_batch_size": 8}),
     "bert-base": (BERT_BASE_CONFIG, {**DEMO_SIZES, "steps": 3, "eval_examples": 32}),
     "custom": (None, DEMO_SIZES),
 }
-DEFAULT_SHAPES = "demo,bert-base"
+DEFAULT_SHAPES = "demo,bert-base,demo-512"
 # Each side's compute type: its MFU is against the matmul peak of that type.
 SIDE_DTYPES = {"reference": "float32", "ours": "float32", "ours+xla": "float32",
-               "ours+bf16": "bfloat16", "matmuls": "float32"}
+               "ours+bf16": "bfloat16", "ours+packed": "float32", "matmuls": "float32"}
+# ours+packed packs this many training batches' sequences (a pool like the data set's mix).
+PACK_POOL_BATCHES = 32
 SIDE_NAMES = tuple(SIDE_DTYPES)
 # Dense matmul peak: per backend and dtype, warm-up calls, then timed calls until at least
 # PEAK_MIN_CALLS and PEAK_SECONDS have passed (at most PEAK_MAX_CALLS); the best call counts.
@@ -203,32 +208,89 @@ def step_flops(config: Mapping, seq_length: int, max_predictions: int, batch_siz
 
 
 # ---------------------------------------------------------------------- synthetic data
+def official_lengths(rng, count: int, seq_length: int):
+    """`count` sequence lengths (numpy ints in [4, seq_length]) with about the padding of the
+    official training records, half of all tokens: 15% full pairs (the last 6% of the row),
+    75% pairs cut short by a document's end (4-74% of the row), 10% short targets."""
+    import numpy as np
+    kind = rng.uniform(size=count)
+    full = rng.uniform(0.94, 1.0, size=count)
+    cut = rng.uniform(0.04, 0.74, size=count)
+    short = rng.uniform(0.01, 1.0, size=count)
+    fraction = np.where(kind < 0.15, full, np.where(kind < 0.9, cut, short))
+    return np.clip(np.round(fraction * seq_length).astype(np.int64), min(4, seq_length),
+                   seq_length)
+
+
 def synthetic_batches(count: int, batch_size: int, seq_length: int, max_predictions: int,
                       vocab_size: int, seed: int = SEED) -> list[dict]:
-    """`count` batches of pre-training features of real shape (numpy; ints int32)."""
+    """`count` batches of pre-training features of real shape (numpy; ints int32): lengths of
+    the official mix (`official_lengths`), and as many masked positions per sequence as
+    create_pretraining_data gives it (15% of its tokens, at most `max_predictions`; the other
+    slots weigh 0)."""
     import numpy as np
     rng = np.random.RandomState(seed)
     batches = []
     for _ in range(count):
         ids = rng.randint(0, vocab_size, size=(batch_size, seq_length)).astype(np.int32)
-        lengths = rng.randint(seq_length // 2, seq_length + 1, size=batch_size)
+        lengths = official_lengths(rng, batch_size, seq_length)
         mask = (np.arange(seq_length)[None, :] < lengths[:, None]).astype(np.int32)
         split = lengths // 2
         segments = ((np.arange(seq_length)[None, :] >= split[:, None]) & (mask == 1)
                     ).astype(np.int32)
-        positions = np.stack([np.sort(rng.choice(np.arange(1, n), max_predictions,
-                                                 replace=False)) for n in lengths])
+        counts = np.minimum(np.maximum(np.round(0.15 * lengths), 1), max_predictions
+                            ).astype(np.int64)
+        positions = np.zeros((batch_size, max_predictions), np.int32)
+        for row, (length, predicted) in enumerate(zip(lengths, counts)):
+            positions[row, :predicted] = np.sort(rng.choice(np.arange(1, length), predicted,
+                                                            replace=False))
+        weights = (np.arange(max_predictions)[None, :] < counts[:, None]).astype(np.float32)
         batches.append({
             "input_ids": ids * mask,
             "input_mask": mask,
             "segment_ids": segments,
-            "masked_lm_positions": positions.astype(np.int32),
-            "masked_lm_ids": rng.randint(0, vocab_size, size=(batch_size, max_predictions)
-                                         ).astype(np.int32),
-            "masked_lm_weights": np.ones((batch_size, max_predictions), np.float32),
+            "masked_lm_positions": positions,
+            "masked_lm_ids": (rng.randint(0, vocab_size, size=(batch_size, max_predictions))
+                              * weights).astype(np.int32),
+            "masked_lm_weights": weights,
             "next_sentence_labels": rng.randint(0, 2, size=(batch_size, 1)).astype(np.int32),
         })
     return batches
+
+
+def packed_batches(batches: list[dict], batch_size: int, seq_length: int) -> tuple[dict, int]:
+    """The sequences of `batches` packed into rows (`cleanup_scripts.pack_pretraining_data`,
+    up to 3 a row): ({feature: [rows, ...] numpy}, rows per step), a step taking
+    round(batch_size / mean sequences per row) rows."""
+    import numpy as np
+
+    from cleanup_scripts.pack_pretraining_data import (PackOptions, row_columns, row_order,
+                                                       sequences_from_columns)
+    from cleanup_scripts.pretraining_features import RecordLayout
+    columns = {key: np.concatenate([batch[key] for batch in batches]) for key in batches[0]}
+    data = sequences_from_columns(columns)
+    options = PackOptions(seq_length, batches[0]["masked_lm_positions"].shape[1], 3, SEED)
+    order = row_order(data, options, SEED)
+    layout = RecordLayout(True, seq_length, order.most_predictions(data), 3)
+    rows = row_columns(data, order, 0, order.count, layout)
+    rows = {key: value.astype(np.float32 if value.dtype.kind == "f" else np.int32)
+            for key, value in rows.items()}
+    return rows, max(1, round(batch_size * order.count / data.lengths.size))
+
+
+def real_flops_per_sequence(spec: Mapping) -> float:
+    """Model FLOPs of one training step per sequence counted on its real tokens and
+    predictions (`flop_terms` at each training sequence's own length), averaged over the
+    bench's training sequences."""
+    import numpy as np
+    batches = synthetic_batches(PACK_POOL_BATCHES, spec["batch_size"], spec["seq_length"],
+                                spec["max_predictions"], spec["bert_config"]["vocab_size"],
+                                SEED)
+    lengths = np.concatenate([b["input_mask"].sum(axis=1) for b in batches])
+    predictions = np.concatenate([b["masked_lm_weights"].sum(axis=1) for b in batches])
+    return 3 * float(np.mean([sum(flop_terms(spec["bert_config"], int(length),
+                                             int(count)).values())
+                              for length, count in zip(lengths, predictions)]))
 
 
 def eval_batches(spec: Mapping) -> int:
@@ -241,9 +303,10 @@ def eval_records(spec: Mapping) -> int:
     return eval_batches(spec) * spec["eval_batch_size"]
 
 
-def _data(spec: Mapping, vocab_size: int) -> tuple[list[dict], list[dict]]:
-    """The training and eval batches every side uses (training cycles through 4 batches)."""
-    train = synthetic_batches(4, spec["batch_size"], spec["seq_length"],
+def _data(spec: Mapping, vocab_size: int, pool: int = 4) -> tuple[list[dict], list[dict]]:
+    """The training and eval batches every side uses (training cycles through `pool`
+    batches)."""
+    train = synthetic_batches(pool, spec["batch_size"], spec["seq_length"],
                               spec["max_predictions"], vocab_size, SEED)
     evals = synthetic_batches(eval_batches(spec), spec["eval_batch_size"], spec["seq_length"],
                               spec["max_predictions"], vocab_size, SEED + 1)
@@ -380,7 +443,8 @@ def run_matmuls(spec: Mapping) -> dict:
 
 def run_ours(spec: Mapping) -> dict:
     """Our TF2 trainer (`spec["use_xla"]`: with XLA; `spec["mixed_precision"]`: "bf16" or
-    "none"): timed train steps and eval, in this process."""
+    "none"; `spec["packed"]`: on packed rows): timed train steps and eval, in this process."""
+    import numpy as np
     import tensorflow as tf
 
     from reference.bert_config import load_bert_config
@@ -388,39 +452,57 @@ def run_ours(spec: Mapping) -> dict:
     from reference.trainer import Trainer, set_mixed_precision
 
     config = load_bert_config(spec["bert_config_file"])
-    train, evals = _data(spec, config.vocab_size)
+    packed = bool(spec.get("packed"))
+    train, evals = _data(spec, config.vocab_size, PACK_POOL_BATCHES if packed else 4)
     tf.random.set_seed(SEED)
     mixed_precision = spec.get("mixed_precision", "none")
     set_mixed_precision(mixed_precision)
     strategy = tf.distribute.get_strategy()
     trainer = Trainer(strategy, config, REFERENCE_OPTIMIZER, spec["batch_size"],
-                      use_xla=bool(spec.get("use_xla")), mixed_precision=mixed_precision)
+                      use_xla=bool(spec.get("use_xla")), mixed_precision=mixed_precision,
+                      packed=packed)
     trainer.initialize_weights(SEED)
 
-    stacked = {k: tf.constant([b[k] for b in train]) for k in train[0]}
-    train_data = strategy.distribute_datasets_from_function(
-        lambda _: tf.data.Dataset.from_tensor_slices(stacked).repeat().prefetch(2))
-    iterator = iter(train_data)
+    if packed:  # the pool's sequences in rows, a step taking about batch_size sequences
+        rows, per_step = packed_batches(train, spec["batch_size"], spec["seq_length"])
+        dataset = tf.data.Dataset.from_tensor_slices(rows).repeat().batch(per_step)
+    else:
+        dataset = tf.data.Dataset.from_tensor_slices(
+            {k: tf.constant([b[k] for b in train]) for k in train[0]}).repeat()
+    iterator = iter(strategy.distribute_datasets_from_function(
+        lambda _: dataset.prefetch(2)))
     started = time.perf_counter()
     trainer.train_steps(iterator, WARMUP_STEPS)
     warmup_s = time.perf_counter() - started
-    started, cpu = time.perf_counter(), time.process_time()
+    started, cpu, samples = time.perf_counter(), time.process_time(), trainer.samples
     losses = trainer.train_steps(iterator, spec["steps"])
     train_s, train_cpu_s = time.perf_counter() - started, time.process_time() - cpu
+    train_sequences = trainer.samples - samples
 
     def eval_data(batches):
-        stacked = {k: tf.constant([b[k] for b in batches]) for k in batches[0]}
-        stacked[EXAMPLE_WEIGHT] = tf.ones(stacked["input_ids"].shape[:2])
+        if packed:  # the rows, padded with blank rows (weight 0) to whole batches
+            rows, _ = packed_batches(batches, spec["eval_batch_size"], spec["seq_length"])
+            count, size = len(rows["input_ids"]), spec["eval_batch_size"]
+            steps = -(-count // size)
+            stacked = {k: np.concatenate([v, np.zeros((steps * size - count,) + v.shape[1:],
+                                                      v.dtype)]) for k, v in rows.items()}
+            stacked[EXAMPLE_WEIGHT] = (np.arange(steps * size) < count).astype(np.float32)
+            dataset = tf.data.Dataset.from_tensor_slices(stacked).batch(size)
+        else:
+            stacked = {k: tf.constant([b[k] for b in batches]) for k in batches[0]}
+            stacked[EXAMPLE_WEIGHT] = tf.ones(stacked["input_ids"].shape[:2])
+            dataset, steps = tf.data.Dataset.from_tensor_slices(stacked), len(batches)
         return strategy.distribute_datasets_from_function(
-            lambda _: tf.data.Dataset.from_tensor_slices(stacked).prefetch(2))
+            lambda _: dataset.prefetch(2)), steps
 
-    trainer.evaluate(eval_data(evals[:1]), 1)  # warm-up: tracing
-    data = eval_data(evals)
+    data, steps = eval_data(evals)
+    trainer.evaluate(data, 1)  # warm-up: tracing
     started = time.perf_counter()
-    metrics = trainer.evaluate(data, len(evals))
+    metrics = trainer.evaluate(data, steps)
     eval_s = time.perf_counter() - started
     return {"train_s": train_s, "eval_s": eval_s, "warmup_s": warmup_s,
             "train_cpu_s": train_cpu_s, "loss": losses["total_loss"],
+            "train_sequences": train_sequences,
             "masked_lm_accuracy": metrics["masked_lm_accuracy"],
             "peak_rss_kib": peak_rss_kib(), "tensorflow": tf.__version__}
 
@@ -433,6 +515,11 @@ def run_ours_xla(spec: Mapping) -> dict:
 def run_ours_bf16(spec: Mapping) -> dict:
     """`run_ours` in bfloat16 mixed precision."""
     return run_ours({**spec, "mixed_precision": "bf16"})
+
+
+def run_ours_packed(spec: Mapping) -> dict:
+    """`run_ours` on packed rows of the same kind of sequences (`packed_batches`)."""
+    return run_ours({**spec, "packed": True})
 
 
 def run_reference(spec: Mapping) -> dict:
@@ -515,7 +602,8 @@ def run_reference(spec: Mapping) -> dict:
 
 
 WORKERS = {"peak": run_peak, "reference": run_reference, "ours": run_ours,
-           "ours+xla": run_ours_xla, "ours+bf16": run_ours_bf16, "matmuls": run_matmuls}
+           "ours+xla": run_ours_xla, "ours+bf16": run_ours_bf16,
+           "ours+packed": run_ours_packed, "matmuls": run_matmuls}
 
 
 def run_side(side: str, spec: Mapping) -> dict:
@@ -582,18 +670,24 @@ def best_peak(runs: list[dict]) -> dict:
     return peak
 
 
-def summarize(result: Mapping, spec: Mapping, peak_gflops: float) -> dict:
-    """Steps/s, sequences/s and MFU of training; seconds and MFU of the eval."""
+def summarize(result: Mapping, spec: Mapping, peak_gflops: float,
+              real_flops: float | None = None) -> dict:
+    """Steps/s, sequences/s and MFU of training (also on real tokens, given `real_flops`, the
+    training FLOPs per sequence counted on its real tokens); seconds and MFU of the eval.
+    A packed side's sequences are those it trained (`train_sequences`), not steps x batch."""
     cfg = spec["bert_config"]
     steps_per_s = spec["steps"] / result["train_s"]
     records = eval_records(spec)
     eval_flops = step_flops(cfg, spec["seq_length"], spec["max_predictions"],
                             records, training=False)
+    seq_per_s = result.get("train_sequences", spec["steps"] * spec["batch_size"]) / \
+        result["train_s"]
     return {
         "train_steps_per_s": steps_per_s,
-        "train_seq_per_s": steps_per_s * spec["batch_size"],
+        "train_seq_per_s": seq_per_s,
         "train_mfu": step_flops(cfg, spec["seq_length"], spec["max_predictions"],
-                                spec["batch_size"]) * steps_per_s / (peak_gflops * 1e9),
+                                1) * seq_per_s / (peak_gflops * 1e9),
+        "train_real_mfu": (real_flops or 0.0) * seq_per_s / (peak_gflops * 1e9),
         "eval_s": result["eval_s"],
         "eval_10k_s": result["eval_s"] * EVAL_SAMPLES / records,
         "eval_mfu": eval_flops / result["eval_s"] / (peak_gflops * 1e9),
@@ -661,23 +755,25 @@ def format_shape(spec: Mapping, results: Mapping[str, dict], peak: Mapping) -> l
         f"{eval_records(spec)} records in batches of {spec['eval_batch_size']} after one warm-up "
         f"batch, extrapolated to {EVAL_SAMPLES:,} samples; {runs} run(s) per side, medians",
         "",
-        "| side | train steps/s | train seq/s | train speed-up | train MFU | "
+        "| side | train steps/s | train seq/s | train speed-up | train MFU | real-token MFU | "
         f"eval s per {EVAL_SAMPLES // 1000}k | eval speed-up | eval MFU | warm-up s | "
         "train cores | peak RSS |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    summaries = {side: summarize(result, spec, peak[SIDE_DTYPES[side]]["gflops"])
+    real_flops = real_flops_per_sequence(spec)
+    summaries = {side: summarize(result, spec, peak[SIDE_DTYPES[side]]["gflops"], real_flops)
                  for side, result in results.items()}
     ref = summaries.get("reference")
     for side, s in summaries.items():
         result = results[side]
         cores = (f"{result['train_cpu_s'] / result['train_s']:.2f}" if "train_cpu_s" in result
                  else "-")
-        train_ratio = _speedup(s["train_steps_per_s"], ref and ref["train_steps_per_s"])
+        train_ratio = _speedup(s["train_seq_per_s"], ref and ref["train_seq_per_s"])
         eval_ratio = _speedup(1 / s["eval_10k_s"], ref and 1 / ref["eval_10k_s"])
         lines.append(
             f"| {side} | {s['train_steps_per_s']:.3g} | {s['train_seq_per_s']:.3g} | "
-            f"{train_ratio} | {s['train_mfu']:.1%} | {s['eval_10k_s']:,.1f} | {eval_ratio} | "
+            f"{train_ratio} | {s['train_mfu']:.1%} | {s['train_real_mfu']:.1%} | "
+            f"{s['eval_10k_s']:,.1f} | {eval_ratio} | "
             f"{s['eval_mfu']:.1%} | {result.get('warmup_s', float('nan')):.1f} | {cores} | "
             f"{format_memory(result['peak_rss_kib'])} |")
     lines.append("")

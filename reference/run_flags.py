@@ -99,6 +99,9 @@ FLAG_TABLE = (
     ("string", "preset", None, "A preset of reference/presets/ (v3-128, v100-8, a100-8, demo); "
      "flags given on the command line win."),
     ("string", "data_dir", None, "For --preset: the folder with part-* and eval_10k."),
+    ("bool", "packed", False, "For --preset without --data_dir: read the packed TFRecords "
+     "(tfrecords_packed/ of make preprocess PREPROCESS_ARGS=--pack) of its default dataset. "
+     "Packed or not, the trainer reads what the records hold."),
     ("integer", "cpu_devices", 0, "Split the CPU into this many devices and mirror over them "
      "(tests and demos of the multi-replica path)."),
 )
@@ -183,7 +186,7 @@ def apply_preset(flag_values: flags.FlagValues = FLAGS) -> list[str]:
     from reference import presets
     if not flag_values.preset:
         return []
-    values = presets.resolve(flag_values.preset, flag_values.data_dir)
+    values = presets.resolve(flag_values.preset, flag_values.data_dir, flag_values.packed)
     applied = []
     for name, value in values.items():
         if name not in flag_values:

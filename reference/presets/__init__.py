@@ -8,7 +8,8 @@ Flag values may use placeholders, filled in by `resolve`:
 
     {data}         --data_dir: the folder holding the TFRecords (part-* and eval_10k); a
                    preset with "default_dataset": "build/dataset" falls back to the TFRecord
-                   folder that `make preprocess` writes under that output directory
+                   folder that `make preprocess` writes under that output directory (with
+                   `packed`, its packed folder, tfrecords_packed/)
     {bert_config}  the benchmark's bert_config.json shipped in cleanup_scripts/data/bert/
     {presets}      this folder (for config files that belong to a preset)
 
@@ -52,14 +53,16 @@ def load(name: str) -> dict[str, Any]:
     return data
 
 
-def resolve(name: str, data_dir: str | None = None) -> dict[str, Any]:
-    """The preset's flags with placeholders filled in.
+def resolve(name: str, data_dir: str | None = None, packed: bool = False) -> dict[str, Any]:
+    """The preset's flags with placeholders filled in; without `data_dir`, a preset's default
+    dataset's TFRecord folder (`packed`: its packed folder).
 
     Raises PresetError when a value needs {data} and no data_dir was given.
     """
     preset = load(name)
     if not data_dir and preset.get("default_dataset"):
-        data_dir = str(DatasetLayout(REPO_DIR / preset["default_dataset"]).tfrecord_dir)
+        layout = DatasetLayout(REPO_DIR / preset["default_dataset"])
+        data_dir = str(layout.packed_dir if packed else layout.tfrecord_dir)
     fields = {"bert_config": str(BERT_CONFIG_FILE), "presets": str(PRESET_DIR),
               "data": (data_dir or "").rstrip("/")}
     flags = {}

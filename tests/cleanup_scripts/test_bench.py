@@ -1,11 +1,15 @@
 """The data bench's own arithmetic and inputs (the side-by-side run needs the reference)."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from cleanup_scripts import bench
 from cleanup_scripts.bench import Measurement
+from cleanup_scripts.create_pretraining_data import write_pretraining_data
 from cleanup_scripts.fileio import InputError
+from cleanup_scripts.pretraining_features import count_records
 
 
 def test_projection_is_limited_by_memory_per_core():
@@ -79,3 +83,47 @@ def test_extraction_bench_runs_the_original_beside_ours_with_identical_text(tmp_
     assert result["xml_mb"] == pytest.approx(6.09, abs=0.01)
     lines = bench.extraction_report_lines(result, 1)
     assert lines[0].startswith("Extraction: text identical on all sides.")
+
+
+# ---- packing (ours only: the reference has no packer) -------------------------------------------
+
+def test_packing_projection_fits_start_up_and_memory_and_spreads_parts_over_cores():
+    pack = {"sizes_mb": [100.0, 200.0], "sequences": [40_000, 80_000], "rows": [30_000, 60_000],
+            "measured": [Measurement(6, 6.0, 1000), Measurement(8, 8.0, 1200)]}
+    # 4 CPU-s start-up + 0.02 CPU-s per MB; 1,200 MB + 2 MB per MB: 2,260 MB for 730 MB.
+    assert bench.fitted_cpu_s(pack["sizes_mb"], pack["measured"]) == pytest.approx((4.0, 0.02))
+    lines = bench.packing_projection_lines(pack, memory_gb_per_core=1.0)
+    assert "2.21 GB for a 730 MB part" in lines[0]
+    row_32 = next(line for line in lines if line.startswith("| 32 |"))
+    parallel = 32 * 1024 // 2260  # 14 parts at once in 32 GB
+    waves = -(-bench.OFFICIAL_PARTS // parallel)
+    assert [cell.strip() for cell in row_32.strip("|").split("|")] == [
+        "32", str(parallel), f"{parallel * 2260 / 1024:.0f}",
+        f"{(2 * 4.0 + waves * 730 * 0.02) / 3600:.2f}"]
+
+
+def test_tfrecord_part_is_the_text_parts_and_a_missing_one_is_one_line(tmp_path):
+    part = tmp_path / "results" / "part-00000-of-00500"
+    missing = tmp_path / "tfrecords" / "part-00000-of-00500"
+    with pytest.raises(InputError, match=re.escape(f"{missing}: no such TFRecord part; run "
+                                                   "make preprocess first")):
+        bench.main(["--pack_only", f"--part={part}"])
+    with pytest.raises(InputError, match="--reference_dir: give the reference's"):
+        bench.main(["--reference_dir=", "--text_only"])
+
+
+def test_packing_bench_runs_the_packer_alone_and_reports_it(sample_results_dir, tmp_path):
+    source = tmp_path / "tfrecords" / "part-00000-of-00500"
+    source.parent.mkdir()
+    write_pretraining_data([str(sample_results_dir / source.name)], [str(source)],
+                           dupe_factor=1)
+    records = count_records(source)
+    output = tmp_path / "pack.md"
+    bench.main(["--pack_only", f"--part={tmp_path / 'results' / source.name}",
+                "--pack_copies=1", f"--output={output}"])
+    report = output.read_text()
+    assert "the reference has no packer" in report
+    rows = [line for line in report.splitlines() if line.startswith("| pack, ")]
+    assert [row.split("|")[4].strip() for row in rows] == [f"{records:,}", f"{2 * records:,}"]
+    assert all(float(row.split("|")[9]) > 0 for row in rows)  # peak RSS MB
+    assert "| 64 | " in report and "bounded by the largest input file" in report

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from reference import bench
@@ -136,17 +137,33 @@ def test_report_has_every_column_and_the_right_ratios():
         "instructions" in report
     table = _table(report, "hand")
     assert table["side"] == ["train steps/s", "train seq/s", "train speed-up", "train MFU",
-                             "eval s per 10k", "eval speed-up", "eval MFU", "warm-up s",
-                             "train cores", "peak RSS"]
-    assert table["reference"] == ["5", "10", "1.00x", "25.0%", "400.0", "1.00x", "20.8%",
-                                  "1.5", "2.00", "2.50 GiB"]
-    assert table["ours"] == ["10", "20", "2.00x", "50.0%", "200.0", "2.00x", "41.7%", "1.5",
-                             "2.00", "2 MiB"]
-    assert table["ours+xla"] == ["20", "40", "4.00x", "100.0%", "100.0", "4.00x", "83.3%",
-                                 "30.0", "1.25", "1.00 GiB"]
+                             "real-token MFU", "eval s per 10k", "eval speed-up", "eval MFU",
+                             "warm-up s", "train cores", "peak RSS"]
+    # Real tokens: each training sequence's own length and predictions (here 3 tokens, 1 of
+    # the 2 prediction slots used: fewer FLOPs than the padded count).
+    real = bench.real_flops_per_sequence(_spec()) / (7104 / 2)  # 7104 per step of 2
+    assert 0 < real < 1
+
+    def mfu(fraction):
+        return f"{fraction:.1%}"
+
+    assert table["reference"] == ["5", "10", "1.00x", "25.0%", mfu(0.25 * real), "400.0",
+                                  "1.00x", "20.8%", "1.5", "2.00", "2.50 GiB"]
+    assert table["ours"] == ["10", "20", "2.00x", "50.0%", mfu(0.5 * real), "200.0", "2.00x",
+                             "41.7%", "1.5", "2.00", "2 MiB"]
+    assert table["ours+xla"] == ["20", "40", "4.00x", "100.0%", mfu(real), "100.0", "4.00x",
+                                 "83.3%", "30.0", "1.25", "1.00 GiB"]
     # bfloat16 compute: MFU against the bfloat16 peak (half the float32 one here).
-    assert table["ours+bf16"] == ["20", "40", "4.00x", "200.0%", "100.0", "4.00x", "166.7%",
-                                  "1.5", "2.00", "1 MiB"]
+    assert table["ours+bf16"] == ["20", "40", "4.00x", "200.0%", mfu(2 * real), "100.0",
+                                  "4.00x", "166.7%", "1.5", "2.00", "1 MiB"]
+
+
+def test_a_packed_side_counts_the_sequences_it_trained():
+    # 10 steps in 1 s that trained 35 sequences (not 10 x 2): 35 seq/s, 1.75x the reference.
+    results = {"hand": {"reference": _side(1.0, 4.0, 1024),
+                        "ours+packed": {**_side(1.0, 2.0, 1024), "train_sequences": 35}}}
+    table = _table(bench.format_report([_spec()], results, _peak(1.0, 1.0), "today"), "hand")
+    assert table["ours+packed"][:3] == ["10", "35", "1.75x"]
 
 
 def test_report_without_the_reference_has_no_speed_ups():
@@ -155,7 +172,7 @@ def test_report_without_the_reference_has_no_speed_ups():
     assert "float32 1.0 GFLOP/s; bfloat16 2.0 GFLOP/s\n" in report  # no note: native, faster
     assert list(_table(report, "hand")) == ["side", "ours"]
     cells = _table(report, "hand")["ours"]
-    assert cells[2] == "-" and cells[5] == "-"
+    assert cells[2] == "-" and cells[6] == "-"
 
 
 def test_eval_time_is_extrapolated_from_whole_batches():
@@ -205,16 +222,28 @@ def test_synthetic_batches_are_seeded_and_in_range():
     assert (batch["masked_lm_positions"] < batch["input_mask"].sum(axis=1)[:, None]).all()
 
 
+def test_synthetic_sequences_have_the_official_padding_and_prediction_counts():
+    batches = bench.synthetic_batches(16, 32, 512, 76, 30522)
+    lengths = np.concatenate([b["input_mask"].sum(axis=1) for b in batches])
+    predictions = np.concatenate([b["masked_lm_weights"].sum(axis=1) for b in batches])
+    assert 0.45 < 1 - lengths.mean() / 512 < 0.55  # the official records: 50.4% padding
+    np.testing.assert_array_equal(predictions, np.minimum(np.round(0.15 * lengths), 76))
+    rows, per_step = bench.packed_batches(batches[:4], 32, 512)
+    assert rows["next_sentence_weights"].sum() == 128 and 14 <= per_step <= 19
+
+
 # ---------------------------------------------------------------------- arguments
 def _plan(*args: str) -> dict:
     return bench.make_plan(bench.parse_args(list(args)))
 
 
-def test_default_plan_is_demo_and_bert_base_on_every_side(tmp_path):
+def test_default_plan_is_demo_bert_base_and_demo_512_on_every_side(tmp_path):
     plan = _plan(f"--reference_dir={_fake_reference(tmp_path)}")
-    assert plan["sides"] == ["reference", "ours", "ours+xla", "ours+bf16", "matmuls"]
-    demo, base = plan["shapes"]
-    assert (demo["name"], base["name"]) == ("demo", "bert-base")
+    assert plan["sides"] == ["reference", "ours", "ours+xla", "ours+bf16", "ours+packed",
+                             "matmuls"]
+    demo, base, long = plan["shapes"]
+    assert (demo["name"], base["name"], long["name"]) == ("demo", "bert-base", "demo-512")
+    assert (long["batch_size"], long["seq_length"], long["max_predictions"]) == (32, 512, 76)
     assert demo["bert_config"] == json.loads(bench.DEFAULT_CONFIG.read_text())
     for spec in (demo, base):
         assert (spec["batch_size"], spec["seq_length"], spec["max_predictions"],
@@ -229,7 +258,7 @@ def test_size_flags_replace_every_shape_and_a_config_file_is_the_custom_shape(ti
     plan = _plan("--ours_only", "--shapes=demo,bert-base", "--steps=3", "--batch_size=4")
     assert [(s["steps"], s["batch_size"], s["eval_batch_size"]) for s in plan["shapes"]] == \
         [(3, 4, 4), (3, 4, 4)]
-    assert plan["sides"] == ["ours", "ours+xla", "ours+bf16", "matmuls"]
+    assert plan["sides"] == ["ours", "ours+xla", "ours+bf16", "ours+packed", "matmuls"]
     plan = _plan("--ours_only", f"--bert_config_file={tiny_config}", "--seq_length=32",
                  "--max_predictions=5", "--eval_batch_size=2", "--sides=ours")
     (spec,) = plan["shapes"]
@@ -294,13 +323,13 @@ def _check_our_rows(report: str, shape: str, sides: list[str]) -> None:
     assert list(table) == ["side", *sides]
     for side in sides:
         cells = table[side]
-        assert float(cells[0]) > 0 and float(cells[1]) > 0 and float(cells[4]) > 0
-        assert cells[2] == "-" and cells[5] == "-"  # no reference side, no speed-ups
-        assert re.fullmatch(r"\d+\.\d%", cells[3]) and re.fullmatch(r"\d+\.\d%", cells[6])
-        assert float(cells[7]) > 0 and float(cells[8]) > 0
+        assert float(cells[0]) > 0 and float(cells[1]) > 0 and float(cells[5]) > 0
+        assert cells[2] == "-" and cells[6] == "-"  # no reference side, no speed-ups
+        assert all(re.fullmatch(r"\d+\.\d%", cells[i]) for i in (3, 4, 7))
+        assert float(cells[5]) > 0 and float(cells[8]) > 0 and float(cells[9]) > 0
         # A TensorFlow process holds a few hundred MiB at least.
-        assert re.fullmatch(r"[\d,]+ MiB|\d+\.\d\d GiB", cells[9])
-        assert "GiB" in cells[9] or int(cells[9].split()[0].replace(",", "")) > 100
+        assert re.fullmatch(r"[\d,]+ MiB|\d+\.\d\d GiB", cells[10])
+        assert "GiB" in cells[10] or int(cells[10].split()[0].replace(",", "")) > 100
 
 
 def test_peak_worker_times_both_dtypes_and_backends():
@@ -315,7 +344,7 @@ def test_peak_worker_times_both_dtypes_and_backends():
             assert timing["best"] >= timing["median"] > 0
 
 
-@pytest.mark.parametrize("side", ["ours", "ours+bf16"])
+@pytest.mark.parametrize("side", ["ours", "ours+bf16", "ours+packed"])
 def test_our_side_on_a_tiny_config(tiny_config, side):
     plan = _plan(f"--bert_config_file={tiny_config}", "--ours_only", f"--sides={side}",
                  "--batch_size=4", "--seq_length=32", "--max_predictions=5", "--steps=2",
@@ -325,6 +354,8 @@ def test_our_side_on_a_tiny_config(tiny_config, side):
     assert result["train_s"] > 0 and result["eval_s"] > 0 and result["warmup_s"] > 0
     assert result["train_cpu_s"] > 0
     assert result["loss"] > 0 and 0 <= result["masked_lm_accuracy"] <= 1
+    if side == "ours+packed":
+        assert result["train_sequences"] >= 2 * 4 / 3  # rows of up to 3 sequences, 4 a step
     report = bench.format_report(plan["shapes"], {"custom": {side: result}},
                                  _peak(50.0, 10.0), "today")
     assert "batch 4, sequence 32, 5 predictions" in report
@@ -368,4 +399,4 @@ def test_the_bench_on_the_demo_shape(tmp_path):
     assert "reference/presets/demo_bert_config.json (layers 2, hidden 128" in report
     peak = re.search(r"float32 ([\d.]+) GFLOP/s; bfloat16 ([\d.]+) GFLOP/s", report)
     assert peak and float(peak[1]) > 1 and float(peak[2]) > 0
-    _check_our_rows(report, "demo", ["ours", "ours+xla", "ours+bf16", "matmuls"])
+    _check_our_rows(report, "demo", ["ours", "ours+xla", "ours+bf16", "ours+packed", "matmuls"])

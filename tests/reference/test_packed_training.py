@@ -17,9 +17,11 @@ from cleanup_scripts.pack_pretraining_data import PackOptions, pack_files
 from cleanup_scripts.pretraining_features import (decode_example, encode_examples,
                                                   feature_spec, packed_feature_spec,
                                                   read_records, write_records)
+from tests.conftest import run_module
 from tests.reference.test_bad_inputs import assert_one_error_line
-from tests.reference.test_run_pretraining import (as_flags, read_eval_results, read_mllog,
-                                                  run_trainer, values)
+from tests.reference.test_distributed_training import model_weights
+from tests.reference.test_run_pretraining import (as_flags, compliance, read_eval_results,
+                                                  read_mllog, run_trainer, values)
 
 SEQ, PRED = 64, 10
 METRIC_TOL = 1e-5
@@ -195,3 +197,48 @@ def test_closed_run_with_a_packed_eval_set_of_other_size_is_one_line(data, tmp_p
     assert_one_error_line(result, "error: --eval_file: the packed eval files hold 16 sequences "
                                   "evaluated; a closed-division run evaluates the 10,000 of "
                                   "eval_10k (pack eval_10k alone)")
+
+
+# ------------------------------------------------------------------------------ a packed run's log
+@pytest.fixture(scope="module")
+def packed_run(data, tmp_path_factory):
+    """Four packed updates with an eval due every 20 sequences (at 32, 48 and 64), dropout on."""
+    out = tmp_path_factory.mktemp("packed_run") / "out"
+    flags = {**TRAIN, "eval_frequency_samples": 20, "dropout_override": 0.1, "seed": 9}
+    run_trainer(*as_flags(data["common"]), *as_flags(flags), *as_flags(ONE_BATCH),
+                "--stop_steps=4", f"--init_checkpoint={data['checkpoint']}",
+                f"--input_file={data['packed']}", f"--eval_file={data['packed']}",
+                "--eval_batch_size=4", f"--output_dir={out}")
+    return out
+
+
+def test_packed_run_log_passes_our_checker_and_the_official_one(packed_run):
+    log = packed_run / "mlperf.log"
+    records = read_mllog(log)
+    assert [r["metadata"]["epoch_num"] for r in records if r["key"] == "eval_accuracy"] == \
+        [32, 48, 64]
+    ours = run_module("benchmark.check", str(log), check=False)
+    assert ours.returncode == 0, ours.stdout + ours.stderr
+    assert "PASSED: 0 error(s)" in ours.stdout
+    official = compliance(log, packed_run.parent)
+    assert official.returncode == 0, official.stdout + official.stderr
+
+
+def test_packed_run_with_dropout_repeats_and_resumes_bit_exact(data, packed_run, tmp_path):
+    """The same run again, and the same run stopped after 2 updates and resumed: the same
+    weights, bit for bit (dropout masks are keyed by step and replica, the row stream is
+    seeded and skipped on resume)."""
+    flags = {**TRAIN, "eval_frequency_samples": 20, "dropout_override": 0.1, "seed": 9}
+    common = [*as_flags(data["common"]), *as_flags(flags), *as_flags(ONE_BATCH),
+              f"--init_checkpoint={data['checkpoint']}", f"--input_file={data['packed']}",
+              f"--eval_file={data['packed']}", "--eval_batch_size=4"]
+    again, resumed = tmp_path / "again", tmp_path / "resumed"
+    run_trainer(*common, "--stop_steps=4", f"--output_dir={again}")
+    run_trainer(*common, "--stop_steps=2", f"--output_dir={resumed}")
+    run_trainer(*common, "--stop_steps=4", f"--output_dir={resumed}")
+    reference = model_weights(packed_run)
+    for out in (again, resumed):
+        weights = model_weights(out)
+        assert weights.keys() == reference.keys()
+        for name, value in reference.items():
+            np.testing.assert_array_equal(weights[name], value, err_msg=name)
