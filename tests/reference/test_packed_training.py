@@ -19,6 +19,7 @@ from cleanup_scripts.pretraining_features import (decode_example, encode_example
                                                   read_records, write_records)
 from tests.conftest import run_module
 from tests.reference.test_bad_inputs import assert_one_error_line
+from tests.reference.test_bert_large_variables import bert_large  # noqa: F401 (fixture)
 from tests.reference.test_distributed_training import model_weights
 from tests.reference.test_run_pretraining import (as_flags, compliance, read_eval_results,
                                                   read_mllog, run_trainer, values)
@@ -242,3 +243,65 @@ def test_packed_run_with_dropout_repeats_and_resumes_bit_exact(data, packed_run,
         assert weights.keys() == reference.keys()
         for name, value in reference.items():
             np.testing.assert_array_equal(weights[name], value, err_msg=name)
+
+
+# ------------------------------------------------------------------------------ BERT-large shapes
+@pytest.mark.slow
+def test_bert_large_packed_row_matches_its_sequences_alone_and_trains(bert_large):
+    """BERT-large at sequence 512: a row of three packed sequences gives each sequence the
+    next-sentence logits and masked-LM outputs it gets alone in an unpacked row (inference,
+    to float32 rounding), and one LAMB step on packed rows updates the weights."""
+    import tensorflow as tf
+
+    from reference.lamb import Lamb, clip_gradients
+    from reference.losses import pretraining_losses
+    from reference.model import dummy_features
+
+    rng = np.random.default_rng(1)
+    lengths, predictions = (220, 180, 100), 20
+    unpacked = []
+    for length in lengths:
+        batch = {k: v.numpy() for k, v in dummy_features(1, 512, predictions).items()}
+        batch["input_ids"][0, :length] = rng.integers(5, 30522, length)
+        batch["input_mask"][0] = (np.arange(512) < length)
+        batch["segment_ids"][0, length // 2:length] = 1
+        batch["masked_lm_positions"][0] = np.sort(rng.choice(np.arange(1, length),
+                                                             predictions, False))
+        batch["masked_lm_ids"][0] = rng.integers(5, 30522, predictions)
+        batch["masked_lm_weights"][0] = 1.0
+        unpacked.append(batch)
+    row = {name: np.zeros((1,) + item.shape, np.float32 if item.dtype == "float32"
+                          else np.int32)
+           for name, item in packed_feature_spec(512, 3 * predictions, 3).items()}
+    start = 0
+    for index, (length, batch) in enumerate(zip(lengths, unpacked)):
+        span = slice(start, start + length)
+        row["input_ids"][0, span] = batch["input_ids"][0, :length]
+        row["segment_ids"][0, span] = batch["segment_ids"][0, :length]
+        row["sequence_ids"][0, span] = index + 1
+        row["position_ids"][0, span] = np.arange(length)
+        slots = slice(index * predictions, (index + 1) * predictions)
+        row["masked_lm_positions"][0, slots] = batch["masked_lm_positions"][0] + start
+        row["masked_lm_ids"][0, slots] = batch["masked_lm_ids"][0]
+        row["masked_lm_weights"][0, slots] = 1.0
+        row["next_sentence_positions"][0, index] = start
+        row["next_sentence_weights"][0, index] = 1.0
+        start += length
+    packed_out = bert_large(row, training=False)
+    hidden = packed_out["masked_lm_hidden"].numpy()
+    for index, batch in enumerate(unpacked):
+        alone = bert_large(batch, training=False)
+        np.testing.assert_allclose(packed_out["next_sentence_logits"][0, index],
+                                   alone["next_sentence_logits"][0], atol=2e-4)
+        np.testing.assert_allclose(hidden[index * predictions:(index + 1) * predictions],
+                                   alone["masked_lm_hidden"].numpy(), atol=2e-4)
+
+    before = [v.numpy() for v in bert_large.trainable_variables]
+    with tf.GradientTape() as tape:
+        loss = pretraining_losses(bert_large(row, training=True), row)["total_loss"]
+    grads, _ = clip_gradients(tape.gradient(loss, bert_large.trainable_variables))
+    Lamb(4e-4).apply_gradients(zip(grads, bert_large.trainable_variables))
+    assert np.isfinite(float(loss)) and float(loss) > 5.0
+    changed = [not np.array_equal(a, v.numpy())
+               for a, v in zip(before, bert_large.trainable_variables)]
+    assert sum(changed) >= 396
