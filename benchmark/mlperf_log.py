@@ -31,6 +31,7 @@ import itertools
 import logging
 import os
 import re
+import time
 from dataclasses import dataclass, fields
 from typing import Any, Callable, TextIO
 
@@ -102,11 +103,16 @@ class BertLogger:
         self._mllogger = mllog.MLLogger(logger=self._logger, root_dir=re.escape(root_dir))
         self._clock_ms = clock_ms
 
+    def now_ms(self) -> float:
+        """The time this logger stamps a record with now, ms since the epoch."""
+        return time.time() * 1000.0 if self._clock_ms is None else self._clock_ms()
+
     def _log(self, kind: str, key: str, value: Any = None,
-             metadata: dict | None = None) -> None:
+             metadata: dict | None = None, time_ms: float | None = None) -> None:
         method = {"start": self._mllogger.start, "end": self._mllogger.end,
                   "event": self._mllogger.event}[kind]
-        time_ms = None if self._clock_ms is None else self._clock_ms()
+        if time_ms is None:
+            time_ms = None if self._clock_ms is None else self._clock_ms()
         method(key=key, value=value, metadata=metadata, time_ms=time_ms,
                stack_offset=_STACK_OFFSET)
 
@@ -159,10 +165,14 @@ class BertLogger:
         """Log the start of the timed run."""
         self._log("start", k.RUN_START)
 
-    def block_start(self, first_samples: int, samples: int) -> None:
-        """Log a block of training from `first_samples` for `samples` samples."""
+    def block_start(self, first_samples: int, samples: int,
+                    started_ms: float | None = None) -> None:
+        """Log a block of training from `first_samples` for `samples` samples; `started_ms`
+        (`now_ms` when it began): a block logged once it is trained, stamped with its start
+        (packed rows: a block's sample count is known only then)."""
         self._log("start", k.BLOCK_START, metadata={k.FIRST_EPOCH_NUM: int(first_samples),
-                                                    k.EPOCH_COUNT: int(samples)})
+                                                    k.EPOCH_COUNT: int(samples)},
+                  time_ms=started_ms)
 
     def block_stop(self, first_samples: int) -> None:
         """Log the end of the block that started at `first_samples`."""

@@ -62,7 +62,8 @@ class PackOptions:
     random_seed: int = constants.PRETRAINING_RANDOM_SEED
 
 
-def _check_options(options: PackOptions) -> None:
+def check_options(options: PackOptions) -> None:
+    """InputError (one line naming the flag) for settings the packer cannot work with."""
     if not 2 <= options.max_seq_length:
         raise InputError(f"--max_seq_length={options.max_seq_length}: must be at least 2")
     if not 1 <= options.max_predictions_per_seq <= options.max_seq_length:
@@ -366,7 +367,7 @@ def pack_files(input_files: list[str], output_files: list[str], options: PackOpt
     max_predictions: the rows' masked-LM width; None derives it from the data (pass 1).
     Raises InputError (one line) for bad options or records; no output is left half-written.
     """
-    _check_options(options)
+    check_options(options)
     started = time.time()
     if len(output_files) != len(input_files):
         raise InputError("--output_file: one output per input file is needed")

@@ -65,7 +65,9 @@ from cleanup_scripts.fileio import (DiskFullError, InputError, atomic_output, di
                                     ensure_dir, exclusive_lock, temporary_name)
 from cleanup_scripts.layout import DatasetLayout
 from cleanup_scripts.ledger import Entry, OutputLedger
-from cleanup_scripts.pack_pretraining_data import MAX_SEQUENCES_PER_PACK, PackOptions, pack_files
+from cleanup_scripts.pack_pretraining_data import (MAX_SEQUENCES_PER_PACK, PackOptions,
+                                                   pack_files)
+from cleanup_scripts.pack_pretraining_data import check_options as check_pack_options
 from cleanup_scripts.packing import PackStats
 from cleanup_scripts.runner import (StageSummary, map_in_workers, report, total_bytes,
                                     worker_count)
@@ -74,7 +76,6 @@ from cleanup_scripts.seperate_test_set import separate_files
 SAMPLE_NUM_TEST_ARTICLES = 20
 SAMPLE_BLOCK_SIZE_MB = 1.5
 MAX_NWORKER = 1024
-MAX_SEQUENCES_PER_PACK_LIMIT = 64  # the packer's own bound
 
 
 @dataclass(frozen=True)
@@ -731,15 +732,14 @@ def check_options(options: Options) -> None:
     if not 0 <= options.nworker <= MAX_NWORKER:
         raise InputError(f"--nworker={options.nworker}: must be between 0 (all cores) and "
                          f"{MAX_NWORKER}")
-    if not 1 <= options.max_sequences_per_pack <= MAX_SEQUENCES_PER_PACK_LIMIT:
-        raise InputError(f"--max_sequences_per_pack={options.max_sequences_per_pack}: must be "
-                         f"between 1 and {MAX_SEQUENCES_PER_PACK_LIMIT}")
     if not (math.isfinite(options.block_size) and options.block_size > 0):
         raise InputError(f"--block_size={options.block_size}: must be a number of MiB greater "
                          f"than 0")
     pretraining.check_options(options.max_seq_length, options.max_predictions_per_seq,
                               options.dupe_factor, options.masked_lm_prob,
                               options.short_seq_prob)
+    check_pack_options(PackOptions(options.max_seq_length, options.max_predictions_per_seq,
+                                   options.max_sequences_per_pack, options.random_seed))
     extract.parse_date(options.date)
     pretraining.get_tokenizer(options.vocab_file, options.do_lower_case)
 

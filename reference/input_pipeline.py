@@ -392,19 +392,26 @@ class PackedCount:
 
 
 def count_packed(files: list[str], layout: RecordLayout, limit: int | None = None,
-                 max_rows: int | None = None) -> PackedCount:
+                 max_rows: int | None = None, flag: str = "--eval_file") -> PackedCount:
     """The rows of packed `files` (read in order) that hold their first `limit` sequences (all
-    if None), read no further than `max_rows` rows; counted from next_sentence_weights."""
+    if None), read no further than `max_rows` rows; counted from next_sentence_weights.
+    InputError "<flag>: <file>: record <i>: <problem>" for a record that does not parse."""
     spec = {"next_sentence_weights": tf_feature_spec(layout)["next_sentence_weights"]}
     rows = sequences = last = 0
     for path in files:
+        if max_rows is not None and rows >= max_rows:
+            break
         records = _framed_records(path)
         try:
             while chunk := list(itertools.islice(
                     records, PARSE_CHUNK if max_rows is None else min(PARSE_CHUNK,
                                                                       max_rows - rows))):
-                counts = tf.io.parse_example(tf.constant(chunk), spec)[
-                    "next_sentence_weights"].numpy().sum(axis=1).astype(np.int64)
+                try:
+                    counts = tf.io.parse_example(tf.constant(chunk), spec)[
+                        "next_sentence_weights"].numpy().sum(axis=1).astype(np.int64)
+                except tf.errors.InvalidArgumentError as err:
+                    bad = _first_unparsable(path, rows, chunk, layout)
+                    raise InputError(f"{flag}: {bad or path}") from err
                 totals = sequences + np.cumsum(counts)
                 if limit is not None and totals[-1] >= limit:
                     end = int(np.searchsorted(totals, limit))
@@ -412,17 +419,18 @@ def count_packed(files: list[str], layout: RecordLayout, limit: int | None = Non
                     return PackedCount(rows + end + 1, limit, limit - before)
                 rows, sequences, last = rows + len(chunk), int(totals[-1]), int(counts[-1])
         except FramingError as err:
-            raise InputError(f"{BadRecord(path, err.index, err.problem)}") from err
+            raise InputError(f"{flag}: {BadRecord(path, err.index, err.problem)}") from err
         finally:
             records.close()
     return PackedCount(rows, sequences, last)
 
 
 def mean_sequences_per_row(files: list[str], layout: RecordLayout,
-                           rows: int = SEQUENCES_SAMPLE_ROWS) -> float:
+                           rows: int = SEQUENCES_SAMPLE_ROWS, flag: str = "--input_file"
+                           ) -> float:
     """Sequences per row over the first `rows` rows of packed `files` in order (every row of
     a smaller set; the packer shuffles its rows, so the first ones are a fair sample)."""
-    counted = count_packed(files, layout, max_rows=rows)
+    counted = count_packed(files, layout, max_rows=rows, flag=flag)
     return counted.sequences / max(counted.rows, 1)
 
 

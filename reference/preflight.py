@@ -100,7 +100,7 @@ def _check_eval_files(o: RunOptions, eval_files: list[str], id_ranges):
     count = None
     rows = wanted
     if layout.packed:
-        count = input_pipeline.count_packed(eval_files, layout, limit=wanted)
+        count = input_pipeline.count_packed(eval_files, layout, limit=wanted, flag=o.eval_flag)
         rows = count.rows
     checked = input_pipeline.check_all_records(eval_files, layout, o.eval_flag, limit=rows,
                                                id_ranges=id_ranges)

@@ -353,7 +353,8 @@ def _train_loop(run: _Run, options: RunOptions, log, log_file, iterator, eval_da
                 budget_updates: int, summaries, eval_summaries) -> RunResult:
     """Train from the trainer's step to the budget, in blocks that end at each eval: the first
     update at whose end the samples trained reach the next multiple of the eval interval (with
-    packed rows an update's sample count varies, so the eval falls a few sequences after it).
+    packed rows an update's sample count varies, so the eval falls a few sequences after it,
+    and each block is logged when it is trained, with its true sample count and start time).
 
     Unpacked records: a step and sample count that disagree (samples = updates x global batch)
     raise InternalError before anything is trained.
@@ -397,10 +398,12 @@ def _train_loop(run: _Run, options: RunOptions, log, log_file, iterator, eval_da
         block_first = trainer.samples
         eval_due = cadence.next_eval_index(block_first, frequency) * frequency \
             if eval_data is not None else None
-        expected = (budget_updates - update) * batch
-        if eval_due is not None:
-            expected = min(expected, cadence.rounded_to_step(eval_due - block_first, batch))
-        log.block_start(block_first, expected)
+        block_started_ms = log.now_ms()
+        if not run.packed:  # a whole number of updates of `batch` samples, up to the eval
+            expected = (budget_updates - update) * batch
+            if eval_due is not None:
+                expected = min(expected, cadence.rounded_to_step(eval_due - block_first, batch))
+            log.block_start(block_first, expected)
         save_due = reached = False
         while update < budget_updates and not reached:
             before, before_samples = trainer.step, trainer.samples
@@ -428,6 +431,8 @@ def _train_loop(run: _Run, options: RunOptions, log, log_file, iterator, eval_da
             if save_due and not reached and update < budget_updates:
                 _save(manager, trainer.step)
                 save_due = False
+        if run.packed:  # a packed block's sample count is known once it is trained
+            log.block_start(block_first, trainer.samples - block_first, block_started_ms)
         log.block_stop(block_first)
         log_file.check()
         if reached and do_eval():
