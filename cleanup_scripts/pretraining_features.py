@@ -145,7 +145,7 @@ def record_layout(decoded: Mapping[str, tuple[str, object]]) -> RecordLayout:
             raise DecodeError(f"feature {name} is missing" if kind == "none" else
                               f"feature {name} holds {kind} values, expected int64")
         sizes.append(len(values))
-    return RecordLayout(packed, *sizes) if packed else RecordLayout(False, *sizes)
+    return RecordLayout(packed, *sizes)
 
 
 def packed_row_problem(row: Mapping[str, np.ndarray]) -> str | None:

@@ -224,3 +224,45 @@ def test_cli_refuses_bad_flags_in_one_line(real_records, tmp_path):
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (
         "error: --max_sequences_per_pack=0: must be between 1 and 64")
+
+
+def _row(ids, masked=(1,)):
+    """A packed row's structural features for sequence ids `ids` (positions counted from each
+    sequence's start, [CLS] at its first token) and real predictions at `masked`."""
+    ids = np.array(ids)
+    starts = np.flatnonzero(np.diff(np.concatenate(([0], ids))) != 0)
+    lengths = np.diff(np.append(starts, ids.size))
+    positions = np.arange(ids.size) - np.repeat(starts, lengths)
+    count = int(ids.max())
+    slots = [int(np.flatnonzero(ids == j)[0]) if (ids == j).any() else 0
+             for j in range(1, count + 1)]
+    return {"sequence_ids": ids, "position_ids": positions * (ids != 0),
+            "next_sentence_positions": np.array(slots + [0] * (3 - count)),
+            "next_sentence_weights": np.array([1.0] * count + [0.0] * (3 - count)),
+            "masked_lm_positions": np.array(masked), "masked_lm_weights": np.ones(len(masked))}
+
+
+@pytest.mark.parametrize("ids, masked, problem", [
+    ([1, 1, 2, 2, 0, 0], (1, 3), None),
+    ([1, 2, 3, 0], (0, 2), None),
+    ([1, 1, 2, 1, 0], (1,), "sequence_ids are not contiguous"),
+    ([1, 1, 3, 3, 0], (1,), "sequence_ids are not contiguous"),
+    ([1, 1, 0, 2, 2], (1,), "sequence_ids are not contiguous"),
+    ([2, 2, 0], (1,), "sequence_ids must start with sequence 1"),
+    ([1, 1, 2, 2, 0], (3, 1), "masked positions are not in the order of their sequences"),
+    ([1, 1, 2, 2, 0], (4,), "a masked position lies outside the row's sequences"),
+    ([1, 1, 2, 2, 0], (-1,), "a masked position lies outside the row's sequences"),
+])
+def test_packed_row_structure(ids, masked, problem):
+    found = packed_row_problem(_row(ids, masked))
+    assert found == problem if problem is None else found.startswith(problem)
+
+
+def test_packed_row_positions_and_cls_must_follow_the_sequences():
+    row = _row([1, 1, 2, 2, 0])
+    row["position_ids"] = np.array([0, 1, 2, 3, 0])
+    assert packed_row_problem(row) == "position_ids do not restart at 0 with each sequence"
+    row = _row([1, 1, 2, 2, 0])
+    row["next_sentence_positions"] = np.array([0, 3, 0])
+    assert packed_row_problem(row) == ("next_sentence_positions do not point at each "
+                                       "sequence's first token")
