@@ -444,7 +444,7 @@ def _train_loop(run: _Run, options: RunOptions, log, log_file, iterator, eval_da
     with writing("--output_dir", train_folder):
         summaries.flush()
     result.step, result.samples = trainer.step, trainer.samples
-    retraced = {name: n for name, n in trainer.trace_counts().items() if n > 1}
+    retraced = trainer.retraced()
     if retraced:  # a changing shape: each retrace recompiles (XLA, TPU) and costs time
         logging.warning("step functions traced more than once: %s", retraced)
     return result

@@ -391,6 +391,18 @@ class Trainer:
         return {name: f.experimental_get_tracing_count() for name, f in functions.items()
                 if isinstance(f, tf.types.experimental.PolymorphicFunction)}
 
+    def retraced(self) -> dict[str, int]:
+        """The step functions of `trace_counts` traced more often than once per copy: the
+        compiled gradient and eval functions run once in each of this worker's replicas, and
+        MirroredStrategy traces one copy per device."""
+        try:
+            local_replicas = len(self.strategy.extended.worker_devices)
+        except RuntimeError:  # the default strategy has one device and no such list
+            local_replicas = 1
+        expected = {"gradients": local_replicas, "eval_sums": local_replicas}
+        return {name: count for name, count in self.trace_counts().items()
+                if count > expected.get(name, 1)}
+
     def _gradients_fn(self, batch, first_step, replica, totals):
         """The averaged (and, unless clip_after_allreduce, clipped) gradients of one update's
         micro-batches on this replica, and their mean [total, masked-LM, next-sentence] loss.
