@@ -445,7 +445,7 @@ def packing_projection_lines(pack: dict, memory_gb_per_core: float) -> list[str]
         f"{OFFICIAL_SEQUENCES / 1e6:.1f} M sequences; {part_mb:.0f} MB and about "
         f"{OFFICIAL_SEQUENCES / OFFICIAL_PARTS:,.0f} sequences per part), CPU time only (the "
         "two reads of the inputs and the writes are not modelled), fitted to the two runs: "
-        f"{start_cpu:.1f} CPU-s of start-up (TensorFlow's import, once per worker and pass), "
+        f"{start_cpu:.1f} CPU-s of start-up (TensorFlow's import, once per worker), "
         f"then {cpu_per_mb:.4f} CPU-s per MB ({1 / max(cpu_per_mb, 1e-9):.0f} MB/s per core). "
         "Memory per worker is bounded by the largest input file, never by the data set: a "
         "worker holds one file's sequences as token arrays (about 0.4 GB for a 313,000-record "
@@ -456,7 +456,7 @@ def packing_projection_lines(pack: dict, memory_gb_per_core: float) -> list[str]
     for cores in PROJECTION_CORES:
         parallel = max(1, min(cores, int(memory_gb_per_core * cores * 1024 // part_rss)))
         waves = -(-OFFICIAL_PARTS // parallel)
-        hours = (2 * start_cpu + waves * part_mb * cpu_per_mb) / 3600  # two pools start
+        hours = (start_cpu + waves * part_mb * cpu_per_mb) / 3600  # one pool, both passes
         lines.append(f"| {cores} | {parallel} | {parallel * part_rss / 1024:.0f} | "
                      f"{hours:.2f} |")
     return lines + [""]

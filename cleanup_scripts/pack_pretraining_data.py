@@ -29,6 +29,8 @@ record, and no output is left under a final name.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import itertools
 import os
 import time
@@ -42,10 +44,11 @@ from benchmark import constants
 from benchmark.errors import exit_on_user_error
 from cleanup_scripts.create_pretraining_data import range_indices
 from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir, expand_inputs
-from cleanup_scripts.packing import PackStats, assign_sequences, length_histogram, pack_plan
+from cleanup_scripts.packing import PackStats, Rows, most_per_row, pack_lengths
 from cleanup_scripts.pretraining_features import (RecordLayout, encode_examples, feature_problem,
-                                                  frame_record, read_records)
-from cleanup_scripts.runner import map_in_workers, peak_rss_mb, total_bytes
+                                                  frame_record, read_records, tf_feature_spec)
+from cleanup_scripts.runner import (map_in_workers, peak_rss_mb, shared_workers, total_bytes,
+                                    worker_count)
 
 MAX_SEQUENCES_PER_PACK = 3  # NVIDIA's and Graphcore's choice: 3 gives ~2x on the official data
 PARSE_CHUNK = 2048  # records parsed per TensorFlow call
@@ -83,9 +86,8 @@ def _parse_chunks(path: str, options: PackOptions, names: tuple[str, ...]):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up lines
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     layout = RecordLayout.unpacked(options.max_seq_length, options.max_predictions_per_seq)
-    dtypes = {"int64": tf.int64, "float32": tf.float32}
-    spec = {name: tf.io.FixedLenFeature(list(feature.shape), dtypes[feature.dtype])
-            for name, feature in layout.spec().items() if name in names}
+    spec = {name: feature for name, feature in tf_feature_spec(layout).items()
+            if name in names}
     records = read_records(path)
     first = 0
     while chunk := list(itertools.islice(records, PARSE_CHUNK)):
@@ -145,11 +147,8 @@ def scan_file(job: tuple[str, PackOptions]) -> FileScan:
     if not lengths:
         raise InputError(f"{path}: holds no records")
     lengths, predictions = np.concatenate(lengths), np.concatenate(predictions)
-    plan = pack_plan(length_histogram(lengths, options.max_seq_length),
-                     options.max_seq_length, options.max_sequences_per_pack)
-    rows = assign_sequences(lengths, plan)
-    per_row = np.bincount(rows.row, weights=predictions[rows.sequence], minlength=rows.count)
-    return FileScan(path, int(per_row.max()), PackStats(
+    rows = pack_lengths(lengths, options.max_seq_length, options.max_sequences_per_pack)
+    return FileScan(path, most_per_row(rows, predictions), PackStats(
         int(lengths.size), rows.count, int(lengths.sum()), options.max_seq_length))
 
 
@@ -167,6 +166,16 @@ class Sequences:
     prediction_ids: np.ndarray
     prediction_weights: np.ndarray
     labels: np.ndarray
+
+    @functools.cached_property
+    def token_starts(self) -> np.ndarray:
+        """Where each sequence's tokens start in `tokens`."""
+        return np.cumsum(self.lengths, dtype=np.int64) - self.lengths
+
+    @functools.cached_property
+    def prediction_starts(self) -> np.ndarray:
+        """Where each sequence's predictions start in the prediction arrays."""
+        return np.cumsum(self.prediction_counts, dtype=np.int64) - self.prediction_counts
 
 
 def _narrow(values: np.ndarray) -> np.ndarray:
@@ -208,8 +217,8 @@ def read_sequences(path: str, options: PackOptions) -> Sequences:
         parts.append(sequences_from_columns(chunk))
     if not parts:
         raise InputError(f"{path}: holds no records")
-    return Sequences(**{key: np.concatenate([getattr(part, key) for part in parts])
-                        for key in Sequences.__dataclass_fields__})
+    return Sequences(**{field.name: np.concatenate([getattr(part, field.name) for part in parts])
+                        for field in dataclasses.fields(Sequences)})
 
 
 # ---- writing ------------------------------------------------------------------------------------
@@ -223,16 +232,18 @@ def _grouped_offsets(group: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     return starts - group_start
 
 
-def _row_columns(data: Sequences, token_start: np.ndarray, prediction_start: np.ndarray,
-                 row: np.ndarray, slot: np.ndarray, sequence: np.ndarray, rows: int,
-                 layout: RecordLayout) -> dict[str, np.ndarray]:
-    """The packed features of `rows` rows; sequence[i] is slot[i] of row[i] (sorted by row,
-    then slot)."""
+def row_columns(data: Sequences, order: Rows, begin: int, rows: int,
+                layout: RecordLayout) -> dict[str, np.ndarray]:
+    """The packed features (`layout`'s) of output rows begin .. begin + rows - 1 of `order`
+    (`row_order`: sorted by row, then slot)."""
     seq, pred, packs = layout.max_seq_length, layout.max_predictions, layout.max_sequences
+    low, high = np.searchsorted(order.row, [begin, begin + rows])
+    row, slot, sequence = order.row[low:high] - begin, order.slot[low:high], \
+        order.sequence[low:high]
     lengths = data.lengths[sequence].astype(np.int64)
     offsets = _grouped_offsets(row, lengths)
     into = range_indices(row * seq + offsets, lengths)
-    take = range_indices(token_start[sequence], lengths)
+    take = range_indices(data.token_starts[sequence], lengths)
     columns = {name: np.zeros((rows, seq), dtype=np.int64)
                for name in ("input_ids", "segment_ids", "sequence_ids", "position_ids")}
     columns["input_ids"].reshape(-1)[into] = data.tokens[take]
@@ -243,7 +254,7 @@ def _row_columns(data: Sequences, token_start: np.ndarray, prediction_start: np.
     counts = data.prediction_counts[sequence].astype(np.int64)
     prediction_offsets = _grouped_offsets(row, counts)
     targets = range_indices(row * pred + prediction_offsets, counts)
-    sources = range_indices(prediction_start[sequence], counts)
+    sources = range_indices(data.prediction_starts[sequence], counts)
     for name in ("masked_lm_positions", "masked_lm_ids"):
         columns[name] = np.zeros((rows, pred), dtype=np.int64)
     columns["masked_lm_positions"].reshape(-1)[targets] = (
@@ -269,46 +280,16 @@ def file_seed(random_seed: int, path: str) -> int:
     return zlib.crc32(f"{random_seed}:{os.path.basename(path)}".encode()) & 0xFFFFFFFF
 
 
-@dataclass(frozen=True)
-class RowOrder:
-    """Where each sequence goes, sorted by output row then slot: sequence[i] is slot[i] of
-    output row row[i]; `count` rows."""
-
-    row: np.ndarray
-    slot: np.ndarray
-    sequence: np.ndarray
-    count: int
-
-    def most_predictions(self, data: Sequences) -> int:
-        """The most masked-LM predictions any row holds."""
-        per_row = np.bincount(self.row, weights=data.prediction_counts[self.sequence],
-                              minlength=self.count)
-        return int(per_row.max(initial=0))
-
-
-def row_order(data: Sequences, options: PackOptions, seed: int) -> RowOrder:
-    """The packed rows of `data` (`pack_plan` of its length histogram, `assign_sequences`),
-    shuffled by `seed`."""
-    plan = pack_plan(length_histogram(data.lengths, options.max_seq_length),
-                     options.max_seq_length, options.max_sequences_per_pack)
-    rows = assign_sequences(data.lengths, plan)
+def row_order(data: Sequences, options: PackOptions, seed: int) -> Rows:
+    """The packed rows of `data` (`pack_lengths`), shuffled by `seed`, as `Rows` sorted by
+    output row, then slot."""
+    rows = pack_lengths(data.lengths, options.max_seq_length, options.max_sequences_per_pack)
     order = np.random.RandomState(seed).permutation(rows.count)
     position_of_row = np.empty(rows.count, dtype=np.int64)
     position_of_row[order] = np.arange(rows.count)
     out_row = position_of_row[rows.row]
     by_output = np.lexsort((rows.slot, out_row))
-    return RowOrder(out_row[by_output], rows.slot[by_output], rows.sequence[by_output],
-                    rows.count)
-
-
-def row_columns(data: Sequences, order: RowOrder, begin: int, count: int,
-                layout: RecordLayout) -> dict[str, np.ndarray]:
-    """The packed features (`layout`'s) of output rows begin .. begin + count - 1."""
-    low, high = np.searchsorted(order.row, [begin, begin + count])
-    token_start = np.cumsum(data.lengths, dtype=np.int64) - data.lengths
-    prediction_start = np.cumsum(data.prediction_counts, dtype=np.int64) - data.prediction_counts
-    return _row_columns(data, token_start, prediction_start, order.row[low:high] - begin,
-                        order.slot[low:high], order.sequence[low:high], count, layout)
+    return Rows(out_row[by_output], rows.slot[by_output], rows.sequence[by_output], rows.count)
 
 
 def pack_file(job: tuple[str, str, PackOptions, int]) -> PackStats:
@@ -373,15 +354,17 @@ def pack_files(input_files: list[str], output_files: list[str], options: PackOpt
         raise InputError("--output_file: one output per input file is needed")
     for path in output_files:
         ensure_dir(os.path.dirname(os.path.abspath(path)))
-    scans = map_in_workers(scan_file, [(path, options) for path in input_files], nworker,
-                           desc="pack: scan", start_method="spawn")
-    width = max_predictions or max(scan.max_row_predictions for scan in scans)
-    width = max(width, 1)
     stats = PackStats(max_seq_length=options.max_seq_length)
-    for done in map_in_workers(pack_file, [(path, output, options, width) for path, output
-                                           in zip(input_files, output_files)], nworker,
-                               desc="pack: write", start_method="spawn"):
-        stats.add(done)
+    # One pool of spawned workers for both passes: each imports TensorFlow once.
+    nworker = min(worker_count(nworker), len(input_files))
+    with shared_workers(nworker, "spawn"):
+        scans = map_in_workers(scan_file, [(path, options) for path in input_files], nworker,
+                               desc="pack: scan", start_method="spawn")
+        width = max(max_predictions or max(scan.max_row_predictions for scan in scans), 1)
+        for done in map_in_workers(pack_file, [(path, output, options, width) for path, output
+                                               in zip(input_files, output_files)], nworker,
+                                   desc="pack: write", start_method="spawn"):
+            stats.add(done)
     layout = RecordLayout(True, options.max_seq_length, width, options.max_sequences_per_pack)
     return PackResult(stats, layout, time.time() - started, total_bytes(input_files))
 

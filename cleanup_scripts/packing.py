@@ -9,8 +9,8 @@ the work is linear in the histogram's size and the number of distinct open packs
 number of sequences. A pack closes when it holds `max_sequences` sequences or has no room.
 
 `assign_sequences` realises a plan for concrete sequences: the sequences of each length fill
-that length's slots in input order, so the same lengths give the same rows. `PackStats`
-counts what packing saves.
+that length's slots in input order, so the same lengths give the same rows (`pack_lengths`
+does both). `PackStats` counts what packing saves.
 """
 from __future__ import annotations
 
@@ -116,6 +116,20 @@ def assign_sequences(lengths: np.ndarray, plan: list[tuple[Strategy, int]]) -> R
     sequence = np.empty(lengths.size, dtype=np.int64)
     sequence[slots_by_length] = by_length
     return Rows(row, slot, sequence, first_row)
+
+
+def pack_lengths(lengths: np.ndarray, max_seq_length: int, max_sequences: int) -> Rows:
+    """The rows of sequences of `lengths` (input order): `pack_plan` of their histogram,
+    realised by `assign_sequences`."""
+    plan = pack_plan(length_histogram(lengths, max_seq_length), max_seq_length, max_sequences)
+    return assign_sequences(lengths, plan)
+
+
+def most_per_row(rows: Rows, per_sequence: np.ndarray) -> int:
+    """The largest sum of `per_sequence` (a count per input sequence) over any row."""
+    sums = np.bincount(rows.row, weights=np.asarray(per_sequence)[rows.sequence],
+                       minlength=rows.count)
+    return int(sums.max(initial=0))
 
 
 @dataclass

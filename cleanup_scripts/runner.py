@@ -26,29 +26,33 @@ def worker_count(requested: int) -> int:
 
 
 class _SharedPool:
-    """The pool that `shared_workers` keeps open, with its size (None when there is none)."""
+    """The pool that `shared_workers` keeps open, with its size and start method (None when
+    there is none)."""
 
     pool: multiprocessing.pool.Pool | None = None
     size = 0
+    start_method = ""
 
 
 @contextlib.contextmanager
-def shared_workers(nworker: int) -> Iterator[None]:
-    """Within the block, `map_in_workers` calls asking for `nworker` workers (0: all cores) use
-    one pool of that many processes, forked here, instead of starting a pool each.
+def shared_workers(nworker: int, start_method: str = "fork") -> Iterator[None]:
+    """Within the block, `map_in_workers` calls asking for `nworker` workers (0: all cores) and
+    `start_method` use one pool of that many processes, started here, instead of starting a
+    pool each.
 
-    State that the block's work needs in every worker (a loaded model) is best set up before.
+    State that the block's work needs in every worker (a loaded model) is best set up before
+    (fork), or is loaded once per worker (spawn).
     """
     size = worker_count(nworker)
     if size == 1 or _SharedPool.pool is not None:
         yield
         return
-    with multiprocessing.get_context("fork").Pool(size) as pool:
-        _SharedPool.pool, _SharedPool.size = pool, size
+    with multiprocessing.get_context(start_method).Pool(size) as pool:
+        _SharedPool.pool, _SharedPool.size, _SharedPool.start_method = pool, size, start_method
         try:
             yield
         finally:
-            _SharedPool.pool, _SharedPool.size = None, 0
+            _SharedPool.pool, _SharedPool.size, _SharedPool.start_method = None, 0, ""
 
 
 def map_in_workers(function: Callable[[Item], Result], items: Sequence[Item], nworker: int,
@@ -56,9 +60,9 @@ def map_in_workers(function: Callable[[Item], Result], items: Sequence[Item], nw
     """Apply `function` to each item in up to `nworker` processes, in order, with a progress bar.
 
     `function` must be picklable (a module-level function). Returns results in item order.
-    Inside `shared_workers(nworker)` the shared pool does the work. start_method "spawn" starts
-    fresh interpreters instead of forking this one: for work that imports TensorFlow, whose
-    threads do not survive a fork of a process that has imported it.
+    Inside `shared_workers(nworker, start_method)` the shared pool does the work. start_method
+    "spawn" starts fresh interpreters instead of forking this one: for work that imports
+    TensorFlow, whose threads do not survive a fork of a process that has imported it.
     """
     wanted = worker_count(nworker)
     nworker = min(wanted, max(1, len(items)))
@@ -70,8 +74,8 @@ def map_in_workers(function: Callable[[Item], Result], items: Sequence[Item], nw
                 results.append(function(item))
                 bar.update()
             return results
-        if start_method == "fork" and _SharedPool.pool is not None and \
-                _SharedPool.size == wanted:
+        if _SharedPool.pool is not None and _SharedPool.size == wanted and \
+                _SharedPool.start_method == start_method:
             return _collect(_SharedPool.pool, function, items, bar)
         with multiprocessing.get_context(start_method).Pool(nworker) as pool:
             return _collect(pool, function, items, bar)

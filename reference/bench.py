@@ -266,12 +266,13 @@ def packed_batches(batches: list[dict], batch_size: int, seq_length: int) -> tup
 
     from cleanup_scripts.pack_pretraining_data import (PackOptions, row_columns, row_order,
                                                        sequences_from_columns)
+    from cleanup_scripts.packing import most_per_row
     from cleanup_scripts.pretraining_features import RecordLayout
     columns = {key: np.concatenate([batch[key] for batch in batches]) for key in batches[0]}
     data = sequences_from_columns(columns)
     options = PackOptions(seq_length, batches[0]["masked_lm_positions"].shape[1], 3, SEED)
     order = row_order(data, options, SEED)
-    layout = RecordLayout(True, seq_length, order.most_predictions(data), 3)
+    layout = RecordLayout(True, seq_length, most_per_row(order, data.prediction_counts), 3)
     rows = row_columns(data, order, 0, order.count, layout)
     rows = {key: value.astype(np.float32 if value.dtype.kind == "f" else np.int32)
             for key, value in rows.items()}

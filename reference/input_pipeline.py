@@ -402,6 +402,7 @@ def count_packed(files: list[str], layout: RecordLayout, limit: int | None = Non
         if max_rows is not None and rows >= max_rows:
             break
         records = _framed_records(path)
+        first_row = rows  # this file's first row among all rows read
         try:
             while chunk := list(itertools.islice(
                     records, PARSE_CHUNK if max_rows is None else min(PARSE_CHUNK,
@@ -410,7 +411,7 @@ def count_packed(files: list[str], layout: RecordLayout, limit: int | None = Non
                     counts = tf.io.parse_example(tf.constant(chunk), spec)[
                         "next_sentence_weights"].numpy().sum(axis=1).astype(np.int64)
                 except tf.errors.InvalidArgumentError as err:
-                    bad = _first_unparsable(path, rows, chunk, layout)
+                    bad = _first_unparsable(path, rows - first_row, chunk, layout)
                     raise InputError(f"{flag}: {bad or path}") from err
                 totals = sequences + np.cumsum(counts)
                 if limit is not None and totals[-1] >= limit:

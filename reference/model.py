@@ -336,8 +336,8 @@ def _recomputed(layer: TransformerLayer, inputs: tf.Tensor, score_adder: tf.Tens
 class BertEncoder(tf_keras.layers.Layer):
     """Embeddings, the transformer stack and the pooler (the MLCommons reference's `bert` scope).
 
-    Call: (input_ids, input_mask, segment_ids: [B, S] int32; training; packed rows also
-      sequence_ids, position_ids [B, S] and cls_positions [B, K] int32)
+    Call: (input_ids, input_mask, segment_ids: [B, S] int32; training; packed rows instead of
+      input_mask (None) sequence_ids, position_ids [B, S] and cls_positions [B, K] int32)
       -> (sequence_output [B, S, hidden], pooled_output [B, hidden]; packed rows: the pooled
       output of each [CLS], [B, K, hidden]).
     """
@@ -453,8 +453,7 @@ class BertPretrainingModel(tf_keras.Model):
         if "sequence_ids" in features:  # packed rows
             sequence_ids = tf.cast(features["sequence_ids"], tf.int32)
             sequence_output, pooled_output = self.bert(
-                input_ids, tf.cast(sequence_ids > 0, tf.int32), segment_ids, training=training,
-                sequence_ids=sequence_ids,
+                input_ids, None, segment_ids, training=training, sequence_ids=sequence_ids,
                 position_ids=tf.cast(features["position_ids"], tf.int32),
                 cls_positions=tf.cast(features["next_sentence_positions"], tf.int32))
         else:

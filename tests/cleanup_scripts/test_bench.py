@@ -99,7 +99,7 @@ def test_packing_projection_fits_start_up_and_memory_and_spreads_parts_over_core
     waves = -(-bench.OFFICIAL_PARTS // parallel)
     assert [cell.strip() for cell in row_32.strip("|").split("|")] == [
         "32", str(parallel), f"{parallel * 2260 / 1024:.0f}",
-        f"{(2 * 4.0 + waves * 730 * 0.02) / 3600:.2f}"]
+        f"{(4.0 + waves * 730 * 0.02) / 3600:.2f}"]  # one start-up per worker
 
 
 def test_tfrecord_part_is_the_text_parts_and_a_missing_one_is_one_line(tmp_path):

@@ -311,13 +311,15 @@ def test_bert_large_packed_row_matches_its_sequences_alone_and_trains(bert_large
 
 def test_a_packed_training_row_of_other_shapes_is_one_line(data, tmp_path):
     """Past the first record, which preflight checks in every file: the rows read for the
-    mean sequences per row name the record that does not parse."""
+    mean sequences per row name the record that does not parse (its index in its own file,
+    the second one read)."""
+    good = _write_rows(tmp_path / "good")
     path = _write_rows(tmp_path / "rows")
     wider = {**_packed_row(), "masked_lm_positions": np.zeros((1, 9), np.int64)}
     with open(path, "ab") as handle:
         write_records(handle, encode_examples(wider))
     result = run_trainer(*as_flags(data["common"]), *as_flags(TRAIN), *as_flags(ONE_BATCH),
-                         f"--input_file={path}", f"--eval_file={data['packed']}",
+                         f"--input_file={good},{path}", f"--eval_file={data['packed']}",
                          f"--output_dir={tmp_path / 'out'}", check=False)
     assert_one_error_line(result, f"error: --input_file: {path}: record 4: feature "
                                   "masked_lm_positions has 9 values, expected 8")
