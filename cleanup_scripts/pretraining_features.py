@@ -645,6 +645,24 @@ def _truncated(index: int, offset: int, length: int, at: int) -> FramingError:
                                f"and ends at byte {end})")
 
 
+READ_BLOCK = 16 << 20  # bytes read at once: a length field cannot make a read allocate more
+
+
+def _read_up_to(handle: BinaryIO, size: int) -> bytes:
+    """Up to `size` bytes from `handle`, fewer at its end; read READ_BLOCK at a time, so that a
+    damaged or hostile length field costs memory only for the bytes really there."""
+    if size <= READ_BLOCK:
+        return handle.read(size)
+    blocks = []
+    while size > 0:
+        block = handle.read(min(size, READ_BLOCK))
+        if not block:
+            break
+        blocks.append(block)
+        size -= len(block)
+    return b"".join(blocks)
+
+
 def framed_records(handle: BinaryIO,
                    read_errors: tuple[type[BaseException], ...] = (OSError,)) -> Iterator[bytes]:
     """The data of each TFRecord read from `handle` (anything with `read(n)`: an open file, a
@@ -659,7 +677,7 @@ def framed_records(handle: BinaryIO,
             length = _next_length(handle, index, offset)
             if length is None:
                 return
-            body = handle.read(length + FOOTER_BYTES)
+            body = _read_up_to(handle, length + FOOTER_BYTES)
             if len(body) < length + FOOTER_BYTES:
                 raise _truncated(index, offset, length, offset + HEADER_BYTES + len(body))
             if masked_crc32c(body[:length]) != struct.unpack("<I", body[length:])[0]:

@@ -266,3 +266,18 @@ def test_packed_row_positions_and_cls_must_follow_the_sequences():
     row["next_sentence_positions"] = np.array([0, 3, 0])
     assert packed_row_problem(row) == ("next_sentence_positions do not point at each "
                                        "sequence's first token")
+
+
+def test_a_record_claiming_a_terabyte_is_one_line_in_bounded_memory(tmp_path):
+    """A length field whose own checksum is right but which claims 1 TiB: the reader takes the
+    bytes that are there (a truncated record), not a terabyte-sized read."""
+    import struct
+
+    from cleanup_scripts.pretraining_features import masked_crc32c
+    length = struct.pack("<Q", 1 << 40)
+    source = tmp_path / "claims-a-terabyte"
+    source.write_bytes(length + struct.pack("<I", masked_crc32c(length)) + b"x" * 100)
+    output = tmp_path / "out"
+    with pytest.raises(InputError, match=r"claims-a-terabyte: record 0: truncated at byte 112"):
+        pack_files([str(source)], [str(output)], PackOptions(SEQ, PRED), nworker=1)
+    assert not output.exists()
