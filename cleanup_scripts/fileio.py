@@ -18,7 +18,19 @@ from benchmark.files import (DiskFullError, InputError, atomic_output, disk_full
                              temporary_name)
 
 __all__ = ["DiskFullError", "InputError", "atomic_output", "disk_full", "ensure_dir",
-           "exclusive_lock", "expand_inputs", "temporary_name"]
+           "exclusive_lock", "expand_inputs", "printable", "temporary_name"]
+
+
+def printable(value: object) -> str:
+    """`value` as text fit for a one-line message: every character that is not printable (a
+    control character, a newline, an escape sequence's ESC, a byte of a non-UTF-8 file name)
+    written as a backslash escape (\\x1b, \\n, \\udcff); spaces and letters are kept."""
+    text = os.fspath(value) if isinstance(value, os.PathLike) else str(value)
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else
+                   char.encode("unicode_escape", "backslashreplace").decode("ascii")
+                   for char in text)
 
 
 def expand_inputs(pattern: str, suffix: str = "") -> list[str]:

@@ -5,16 +5,68 @@ the dataset root. A line is appended (one `write` on an O_APPEND descriptor, so 
 can share a ledger) only after its output has been renamed to its final name; a run killed
 mid-append leaves at most one torn last line, which is ignored. An output counts as finished
 only while it still matches its line: a re-run skips it and redoes the rest.
+
+The other state files (a stage's marker holding its key, the folder a run imported) are read
+through `read_state`: one that is damaged counts as never written, so its stage runs again.
 """
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from absl import logging
+
 from benchmark.files import md5_file
-from cleanup_scripts.fileio import InputError, disk_full
+from cleanup_scripts.fileio import InputError, disk_full, printable
+
+# A state file holds a key (32 hex digits) or a folder's path: anything longer is damage.
+STATE_LIMIT = 64 << 10
+# The longest ledger line read whole (a path, three numbers); a longer one is a torn line.
+LINE_LIMIT = 64 << 10
+
+
+class DamagedState(InputError):
+    """A state file whose bytes are not a state (see `read_state`)."""
+
+
+def read_state(path: Path, remove_damaged: bool = True) -> str | None:
+    """The text of the state file `path`, or None when there is none.
+
+    A damaged one (bytes that are not UTF-8, NUL bytes, more than STATE_LIMIT bytes) counts as
+    never written: it is removed, with a warning naming it, and the stage it stands for runs
+    again (without `remove_damaged`: DamagedState naming it, and it is kept). Something other than a regular file in its place (a folder, a FIFO, a device) is an
+    InputError naming it; it is never opened for reading, so nothing blocks or runs long.
+    """
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise InputError(f"{printable(path)}: cannot read state file ({err.strerror})") from err
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError(f"{printable(path)}: state file is not a regular file; remove it and "
+                         f"run again")
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(STATE_LIMIT + 1)
+    except OSError as err:
+        raise InputError(f"{printable(path)}: cannot read state file ({err.strerror})") from err
+    problem = "longer than a state file can be" if len(data) > STATE_LIMIT else \
+        "NUL bytes" if b"\0" in data else None
+    if problem is None:
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            problem = "not UTF-8 text"
+    if not remove_damaged:
+        raise DamagedState(f"{printable(path)}: damaged state file ({problem})")
+    logging.warning("%s: damaged state file (%s); removed: its stage runs again",
+                    printable(path), problem)
+    path.unlink(missing_ok=True)
+    return None
 
 
 @dataclass(frozen=True)
@@ -63,11 +115,16 @@ class OutputLedger:
         if not self.path.is_file():
             return {}
         entries = {}
-        for line in self.path.read_text(errors="replace").splitlines():
-            fields = line.split("\t")
-            if len(fields) == 4 and fields[1].isdigit() and fields[2].isdigit() \
-                    and len(fields[3]) == 32:
-                entries[fields[0]] = Entry(int(fields[1]), int(fields[2]), fields[3])
+        with open(self.path, "rb") as handle:
+            while line := handle.readline(LINE_LIMIT):
+                if len(line) == LINE_LIMIT and not line.endswith(b"\n"):
+                    while (rest := handle.readline(LINE_LIMIT)) and not rest.endswith(b"\n"):
+                        pass  # the rest of an over-long line
+                    continue
+                fields = line.decode(errors="replace").rstrip("\n").split("\t")
+                if len(fields) == 4 and fields[1].isdigit() and fields[2].isdigit() \
+                        and len(fields[3]) == 32:
+                    entries[fields[0]] = Entry(int(fields[1]), int(fields[2]), fields[3])
         return entries
 
     def intact(self, output: str | os.PathLike, entries: dict[str, Entry],

@@ -62,9 +62,9 @@ from cleanup_scripts.cleanup_file import stripped_bytes
 from cleanup_scripts.do_gather import GatherSource, gather
 from cleanup_scripts.do_sentence_segmentation import segment_file
 from cleanup_scripts.fileio import (DiskFullError, InputError, atomic_output, disk_full,
-                                    ensure_dir, exclusive_lock, temporary_name)
+                                    ensure_dir, exclusive_lock, printable, temporary_name)
 from cleanup_scripts.layout import DatasetLayout
-from cleanup_scripts.ledger import Entry, OutputLedger
+from cleanup_scripts.ledger import DamagedState, Entry, OutputLedger, read_state
 from cleanup_scripts.pack_pretraining_data import (MAX_SEQUENCES_PER_PACK, PackOptions,
                                                    pack_files)
 from cleanup_scripts.pack_pretraining_data import check_options as check_pack_options
@@ -658,7 +658,8 @@ def _ledger(layout: DatasetLayout, stage: Stage) -> OutputLedger:
 
 
 def _holds(marker: Path, key: str) -> bool:
-    return marker.is_file() and marker.read_text() == key
+    """Whether the marker file holds `key` (a damaged marker is removed: it holds nothing)."""
+    return read_state(marker) == key
 
 
 def _forget_after(layout: DatasetLayout, options: Options, stage: Stage) -> None:
@@ -691,8 +692,8 @@ def leave_other_route(layout: DatasetLayout, options: Options, stages: tuple[Sta
     state += [source] if other is RESULTS_STAGES else []
     if not any(path.exists() for path in state):
         return
-    if other is RESULTS_STAGES and source.is_file() and os.path.realpath(
-            source.read_text()) == os.path.realpath(layout.results_dir):
+    if other is RESULTS_STAGES and source.exists() and _source_read(source) == \
+            os.path.realpath(layout.results_dir):
         raise InputError(f"{layout.results_dir}: holds the official text, used in place by "
                          f"--results_text; a build from a dump would overwrite it: give another "
                          f"--output_dir")
@@ -710,6 +711,19 @@ def leave_other_route(layout: DatasetLayout, options: Options, stages: tuple[Sta
 def _results_source(layout: DatasetLayout) -> Path:
     """Where a run from --results_text notes the folder, before its first stage."""
     return layout.state_dir / "import_results.source"
+
+
+def _source_read(source: Path) -> str | None:
+    """The real path of the folder that `source` (`_results_source`) names; InputError when it
+    is damaged (unreadable, there is no telling whether OUT/results holds the official text
+    used in place, which must never be removed)."""
+    try:
+        text = read_state(source, remove_damaged=False)
+    except DamagedState as err:
+        raise InputError(f"{err}: there is no telling whether results/ is official text used "
+                         f"in place; remove it (and results/ unless it is that text) and run "
+                         f"again") from err
+    return os.path.realpath(text) if text is not None else None
 
 
 def _route_name(stages: tuple[Stage, ...]) -> str:
@@ -797,8 +811,7 @@ def _run_stages(layout: DatasetLayout, options: Options) -> None:
     check_inputs(layout, options, route(options), keys)
     leave_other_route(layout, options, route(options))
     source = os.path.realpath(options.results_text) if options.results_text else None
-    if source and not (_results_source(layout).is_file()
-                       and _results_source(layout).read_text() == source):
+    if source and read_state(_results_source(layout)) != source:
         with atomic_output(_results_source(layout)) as out:
             out.write(source)
     for stage in pipeline(options):
@@ -935,10 +948,10 @@ def main(argv: list[str]) -> None:
     try:
         run_pipeline(FLAGS.output_dir, options_from_flags())
     except DiskFullError as err:
-        raise SystemExit(f"error: {err}; free some space and run the same command again, "
-                         f"it goes on from there")
-    except InputError as err:
-        raise SystemExit(f"error: {err}")
+        raise SystemExit(f"error: {printable(err)}; free some space and run the same command "
+                         f"again, it goes on from there")
+    except InputError as err:  # one line, whatever the file names in it hold
+        raise SystemExit(f"error: {printable(err)}")
     print(f"preprocess: done in {time.time() - started:.1f} s; manifest "
           f"{os.path.join(FLAGS.output_dir, 'manifest.tsv')}", flush=True)
 

@@ -1,10 +1,15 @@
 """Ledgers of finished outputs: what counts as intact, torn lines, writers in several processes."""
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 
-from cleanup_scripts.ledger import OutputLedger
+import pytest
+
+from cleanup_scripts.fileio import InputError
+from cleanup_scripts.ledger import (LINE_LIMIT, STATE_LIMIT, DamagedState, OutputLedger,
+                                    read_state)
 
 
 def make_ledger(tmp_path) -> OutputLedger:
@@ -70,3 +75,47 @@ def test_workers_in_several_processes_share_one_ledger(tmp_path):
     assert len(ledger.path.read_text().splitlines()) == 300
     assert sorted(ledger.entries()) == [os.path.basename(p) for p in paths]
     assert ledger.damaged(always_hash=True) == []
+
+
+# ---- state files ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("content, problem", [
+    (b"\xff\xfe5387f27dfc6f1c9dd3d32b5263666e", "not UTF-8 text"),
+    (b"5387f27d\x00fc6f1c9dd3d32b5263666ee2", "NUL bytes"),
+    (b"0" * (STATE_LIMIT + 1), "longer than a state file can be"),
+])
+def test_damaged_state_file_counts_as_never_written(tmp_path, caplog, content, problem):
+    state = tmp_path / "clean"
+    state.write_bytes(content)
+    with caplog.at_level(logging.WARNING):
+        assert read_state(state) is None
+    assert [record.getMessage() for record in caplog.records] == [
+        f"{state}: damaged state file ({problem}); removed: its stage runs again"]
+    assert not state.exists()
+    state.write_bytes(content)
+    with pytest.raises(DamagedState, match=f"^{state}: damaged state file \\({problem}\\)$"):
+        read_state(state, remove_damaged=False)
+    assert state.exists()
+
+
+def test_state_file_that_is_no_regular_file_is_named_and_never_opened(tmp_path):
+    fifo = tmp_path / "clean"
+    os.mkfifo(fifo)  # opening it for reading would wait for a writer for ever
+    with pytest.raises(InputError, match=f"^{fifo}: state file is not a regular file; remove "
+                                         "it and run again$"):
+        read_state(fifo)
+    assert read_state(tmp_path / "absent") is None
+    (tmp_path / "key").write_text("5387f27dfc6f1c9dd3d32b5263666ee2")
+    assert read_state(tmp_path / "key") == "5387f27dfc6f1c9dd3d32b5263666ee2"
+
+
+def test_ledger_lines_too_long_or_not_utf8_are_skipped(tmp_path):
+    ledger = make_ledger(tmp_path)
+    output = tmp_path / "part"
+    output.write_bytes(b"abc\n")
+    ledger.record(output)
+    with open(ledger.path, "ab") as handle:
+        handle.write(b"x" * (3 * LINE_LIMIT) + b"\t4\t1\t" + b"0" * 32 + b"\n")
+        handle.write(b"\xff\xfe\t4\t1\t" + b"0" * 32 + b"\n")
+    assert list(ledger.entries()) == ["part", "\ufffd\ufffd"]
+    assert ledger.damaged(always_hash=True) == ["\ufffd\ufffd"]

@@ -294,6 +294,23 @@ def test_finished_stage_whose_ledger_lacks_a_missing_output_redoes_it(first_run,
     assert_same_dataset(output, first_run)
 
 
+def test_damaged_state_file_is_redone_with_a_warning(first_run, tmp_path):
+    # A stage's marker in OUT/.state with bytes that are not UTF-8 (a bad disk, a stray
+    # write) used to end every re-run with a UnicodeDecodeError traceback.
+    output = tmp_path / "dataset"
+    shutil.copytree(first_run, output)
+    marker = output / ".state" / "clean"
+    marker.write_bytes(b"\xff\xfe" + marker.read_bytes()[2:])
+    rerun = preprocess(output, "--nworker=2")
+    assert "Traceback" not in rerun.stderr
+    warnings = [line for line in rerun.stderr.splitlines() if str(marker) in line]
+    assert len(warnings) == 1 and "not UTF-8" in warnings[0], rerun.stderr[-2000:]
+    assert summarised_stages(rerun.stderr) == STAGES - {"extract"}
+    assert_same_dataset(output, first_run)
+    again = preprocess(output, "--nworker=2")  # the marker was rewritten: nothing to redo
+    assert summarised_stages(again.stderr) == set()
+
+
 # ---- flags are checked before the first stage ---------------------------------------------------
 
 @pytest.mark.parametrize("flag, problem", [

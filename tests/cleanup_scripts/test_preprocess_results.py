@@ -264,6 +264,29 @@ def test_folder_in_place_as_make_download_leaves_it(official, table, tmp_path):
     assert tree_state(output) == state
 
 
+def test_damaged_record_of_the_folder_used_in_place_keeps_it(official, table, tmp_path):
+    # The record of the imported folder is what tells a later build from a dump that
+    # OUT/results is official text: damaged, it stops such a build (it is not taken as
+    # "none" and the text removed); a run from the same folder rewrites it.
+    output = tmp_path / "bert"
+    shutil.copytree(official, output / "results")
+    preprocess_results(output, table, f"--results_text={output / 'results'}", *SMALL)
+    source = output / ".state" / "import_results.source"
+    source.write_bytes(b"\xff" + source.read_bytes())
+    official_text = tree_state(output / "results")
+    state = tree_state(output)
+    refused = preprocess(output, *SMALL, check=False)
+    assert error_line(refused) == (
+        f"error: {source}: damaged state file (not UTF-8 text): there is no telling whether "
+        f"results/ is official text used in place; remove it (and results/ unless it is that "
+        f"text) and run again")
+    assert tree_state(output) == state
+    rerun = preprocess_results(output, table, f"--results_text={output / 'results'}", *SMALL)
+    assert "Traceback" not in rerun.stderr
+    assert source.read_text() == os.path.realpath(output / "results")
+    assert tree_state(output / "results") == official_text
+
+
 def test_killed_at_a_random_point_then_rerun_gives_the_uninterrupted_outputs(
         dump_run, official, table, tmp_path):
     output = tmp_path / "dataset"
