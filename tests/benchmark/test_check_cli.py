@@ -35,10 +35,14 @@ def test_broken_log_fails_with_file_line_rule_message_and_source(capsys):
     status, out, _ = run_main(capsys, SKIPPED)
     assert status == 1
     first = out.splitlines()[0]
-    assert first.startswith(f"{SKIPPED}:44: bert/eval-cadence: eval at 750,000 samples comes "
-                            "300,000 samples after the previous eval (450,000)")
-    assert first.endswith("[training_rules.adoc, Quality measure: closed runs evaluate at "
-                          "least as often as BERT's interval]")
+    assert first.startswith(f"{SKIPPED}:44: bert/eval-cadence: no eval at 600,000 samples: the "
+                            "eval at 750,000 comes after 1 skipped due point(s)")
+    assert first.endswith('[training_rules.adoc, Quality measure: "The quality measure must be '
+                          'evaluated at the same frequency (in terms of number of training items '
+                          'between test sets) ... as in the reference implementation. Where '
+                          'applicable, the required evaluation point may be rounded up to the '
+                          'nearest batch size."; BERT: "eval_interval_samples=FLOOR(0.05*(230.23*'
+                          'GBS+3000000), 25000), skipping 0"]')
 
 
 def test_json_format_is_one_document(capsys):

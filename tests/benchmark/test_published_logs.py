@@ -67,7 +67,8 @@ def test_nvidia_v20_late_first_eval_is_a_warning_naming_the_lateness():
     path = PUBLISHED / "v2.0/NVIDIA/results/dgxa100_n8_ngc22.04_pytorch/bert/result_1.txt"
     cadence = [p for p in check_log(str(path), "2.0.0").problems if p.rule == "bert/eval-cadence"]
     assert cadence and all(p.severity == "warning" for p in cadence)
-    assert "eval at 199,680 samples is 24,680 samples (8.0 steps) late" in cadence[0].message
+    assert ("eval at 199,680 samples is 24,576 samples (8.0 steps) late for its due point "
+            "175,000 (175,104 at a step boundary)") in cadence[0].message
 
 
 def test_google_tree_checks_like_make_check_and_prints_the_published_score(capsys):

@@ -58,7 +58,7 @@ def test_eval_at_zero_samples_is_optional():
 def test_cadence_messages_name_the_missing_eval():
     view = build_view(parse_text(edited(gallery.drop_eval(3)), "log.txt"))
     (line, message), = check_eval_cadence(view)
-    assert "750,000" in message and "450,000" in message and "skipped" in message
+    assert "no eval at 600,000" in message and "750,000" in message and "skipped" in message
 
 
 def test_stopping_after_the_target_with_an_extra_eval_is_a_warning():
@@ -74,9 +74,11 @@ def test_open_division_has_no_target_rule():
 
 
 def test_findings_beyond_the_cap_are_summarized_in_one_line():
-    problems = run_rules(build_view(parse_text(edited(gallery.remap_samples(2, 1)), "l")))
-    cadence = [p for p in problems if p.rule == "bert/eval-cadence"]
-    assert len(cadence) == 5 and "more like the above" in cadence[-1].message
+    freq = cadence.eval_frequency(256)
+    late = gallery.chain(*(gallery.eval_samples_to(n, (n + 1) * freq + 8 * 256) for n in range(10)))
+    problems = run_rules(build_view(parse_text(edited(late), "l")))
+    cadence_problems = [p for p in problems if p.rule == "bert/eval-cadence"]
+    assert len(cadence_problems) == 5 and "6 more like the above" in cadence_problems[-1].message
 
 
 def test_blocks_may_carry_nominal_sizes_while_evals_carry_step_boundaries():
