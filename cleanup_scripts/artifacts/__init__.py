@@ -10,3 +10,11 @@ each artifact may sit, are `cleanup_scripts.checksums`.
 class Retryable(Exception):
     """A transient failure of one network request (connection error, HTTP 5xx or 429, a transfer
     cut short): the caller waits and tries again, resuming where it stopped."""
+
+
+def shown(text: object) -> str:
+    """`text` as an error line may carry it: unchanged when printable, else its repr (line
+    breaks, escape sequences and other control characters escaped), so nothing a server, a
+    bucket or a file sent reaches the terminal raw."""
+    text = str(text)
+    return text if text.isprintable() else repr(text)

@@ -45,9 +45,11 @@ import io
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -62,17 +64,23 @@ from typing import BinaryIO, Iterator, Mapping
 
 import requests
 from tqdm import tqdm
+from urllib3 import exceptions as urllib3_exceptions
 
 from benchmark.errors import exit_on_user_error
 from benchmark.files import md5_file
 from cleanup_scripts import checksums
-from cleanup_scripts.artifacts import Retryable
+from cleanup_scripts.artifacts import Retryable, shown
 from cleanup_scripts.fileio import (InputError, atomic_output, disk_full, ensure_dir,
                                     temporary_name)
 from cleanup_scripts.runner import StageSummary, report
 
 CHUNK_SIZE = 1 << 20
-TIMEOUT_S = 60
+TIMEOUT_S = 60  # the most one connect or one read may wait
+# Every file's download has an overall deadline: DEADLINE_FLOOR_S plus one second per
+# MIN_RATE bytes of the file (2.9 hours for the 1.34 GB TF2 checkpoint, 37.7 hours for the
+# 17.75 GB dump). A server that drips bytes or stalls cannot hold a download past it.
+DEADLINE_FLOOR_S = 300.0
+MIN_RATE = 128 << 10  # bytes per second
 USER_AGENT = "mlperf-bert-harness-download/1"
 
 DUMP_BZ2 = "enwiki-20200101-pages-articles-multistream.xml.bz2"
@@ -142,6 +150,138 @@ def source_url(path: str, urls: dict[str, str], base_url: str | None,
 
 
 # ----------------------------------------------------------------------------------------------
+# The deadline of one download
+
+
+def _shut(sock: socket.socket) -> None:
+    """Shut `sock` both ways, which wakes any thread blocked reading it (a plain `close` from
+    another thread does not); a socket already closed is left alone."""
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+class Deadline:
+    """The overall time limit of one file's download, all its attempts and waits included:
+    `floor_s` plus one second per `min_rate` bytes of the file (`total`; while that is
+    unknown, of the bytes `received` so far, so the average rate must stay above `min_rate`).
+
+    Used as a context manager, a watchdog thread shuts every socket opened for the download
+    (`watch`) once the deadline passes, so no connect, header or body read outlasts it,
+    whatever the server does (drips a byte at a time, stalls, never ends).
+    """
+
+    def __init__(self, total: int | None = None, floor_s: float | None = None,
+                 min_rate: float | None = None) -> None:
+        self.floor_s = DEADLINE_FLOOR_S if floor_s is None else floor_s
+        self.min_rate = MIN_RATE if min_rate is None else min_rate
+        self.total = total
+        self.received = 0
+        self.started = time.monotonic()
+        self.expired = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watchdog, name="download-deadline",
+                                        daemon=True)
+
+    def limit_s(self) -> float:
+        """Seconds the download may take in all, as far as its size is known now."""
+        size = self.total if self.total is not None else self.received
+        return self.floor_s + size / self.min_rate
+
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started
+
+    def remaining_s(self) -> float:
+        return self.limit_s() - self.elapsed_s()
+
+    def passed(self) -> bool:
+        return self.expired or self.remaining_s() <= 0
+
+    def describe(self) -> str:
+        """How the limit is made, for the error line."""
+        rate = (f"{self.min_rate / (1 << 10):g} KiB" if self.min_rate < 1 << 20
+                else f"{self.min_rate / (1 << 20):g} MiB")
+        return (f"deadline {self.limit_s():.0f} s: {self.floor_s:g} s plus 1 s per {rate} of "
+                f"the file")
+
+    def watch(self, sock: socket.socket) -> socket.socket:
+        """Register a socket of the download (shut at once when the deadline has passed)."""
+        with self._lock:
+            self._sockets.append(sock)
+            if self.expired:
+                _shut(sock)
+        return sock
+
+    def _watchdog(self) -> None:
+        while not self._done.wait(max(self.remaining_s(), 0.0) + 0.01):
+            if self.remaining_s() <= 0:
+                with self._lock:
+                    self.expired = True
+                    for sock in self._sockets:
+                        _shut(sock)
+                return
+
+    def __enter__(self) -> "Deadline":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._done.set()
+        self._thread.join()
+
+
+def _watched(http_class: type, deadline: Deadline) -> type:
+    """`http_class` (an http.client connection class) whose sockets `deadline` watches; the
+    plain TCP socket is registered before any TLS handshake or request is sent on it."""
+    class Watched(http_class):  # type: ignore[misc, valid-type]
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            create = self._create_connection
+            self._create_connection = lambda *a, **k: deadline.watch(create(*a, **k))
+    return Watched
+
+
+class _WatchedHTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, deadline: Deadline) -> None:
+        super().__init__()
+        self.deadline = deadline
+
+    def do_open(self, http_class, req, **kwargs):
+        return super().do_open(_watched(http_class, self.deadline), req, **kwargs)
+
+
+class _WatchedHTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, deadline: Deadline) -> None:
+        super().__init__()
+        self.deadline = deadline
+
+    def do_open(self, http_class, req, **kwargs):
+        return super().do_open(_watched(http_class, self.deadline), req, **kwargs)
+
+
+def build_opener(deadline: Deadline | None = None) -> urllib.request.OpenerDirector:
+    """A urllib opener keeping cookies (Google Drive's confirmation needs them), whose
+    connections `deadline` watches when given."""
+    handlers: list[urllib.request.BaseHandler] = [urllib.request.HTTPCookieProcessor(CookieJar())]
+    if deadline is not None:
+        handlers += [_WatchedHTTPHandler(deadline), _WatchedHTTPSHandler(deadline)]
+    return urllib.request.build_opener(*handlers)
+
+
+def resume_hint(partial: Path) -> str:
+    """"; run again to resume from X.partial" when that file holds bytes to resume from; an
+    empty one is removed and nothing is advised."""
+    try:
+        if partial.stat().st_size > 0:
+            return f"; run again to resume from {partial.name}"
+        partial.unlink()
+    except OSError:
+        pass
+    return ""
+
+
+# ----------------------------------------------------------------------------------------------
 # Opening a source at an offset
 
 
@@ -207,11 +347,14 @@ def _content_range(value: str | None) -> tuple[int, int | None] | None:
 
 
 def open_source(url: str, offset: int, opener: urllib.request.OpenerDirector | None = None,
-                _pages_followed: int = 0) -> tuple[BinaryIO, int, int | None]:
+                _pages_followed: int = 0, deadline: Deadline | None = None
+                ) -> tuple[BinaryIO, int, int | None]:
     """Open `url` for reading from byte `offset`: (stream, first byte it yields, total size).
 
     The first byte is `offset` when the source honours the request (an HTTP 206, a local
     seek) and 0 when a server ignores the Range header. A total of None means unknown.
+    `deadline` watches the connections (see `Deadline`). A redirect loop, or more than
+    urllib's 10 redirects, is one InputError line naming the URL.
     """
     local = _local_path(url)
     if local is not None:
@@ -223,7 +366,7 @@ def open_source(url: str, offset: int, opener: urllib.request.OpenerDirector | N
         start = min(offset, size)
         handle.seek(start)
         return handle, start, size
-    opener = opener or urllib.request.build_opener(urllib.request.HTTPCookieProcessor(CookieJar()))
+    opener = opener or build_opener(deadline)
     headers = {"User-Agent": USER_AGENT}
     if offset:
         headers["Range"] = f"bytes={offset}-"
@@ -232,11 +375,16 @@ def open_source(url: str, offset: int, opener: urllib.request.OpenerDirector | N
     except urllib.error.HTTPError as err:
         if err.code == 416 and offset:  # nothing after `offset`: the partial file is complete
             return io.BytesIO(b""), offset, offset
+        if 300 <= err.code < 400 and "infinite loop" in str(err.msg):
+            target = urllib.parse.urljoin(err.geturl() or url, err.headers.get("Location", ""))
+            raise InputError(f"too many redirects from {shown(url)} (the last, HTTP {err.code}, "
+                             f"to {shown(target)})") from err
+        reason = shown(" ".join(str(err.reason).split()))
         if err.code >= 500 or err.code == 429:
-            raise Retryable(f"HTTP {err.code} {err.reason}") from err
-        raise InputError(f"{url}: HTTP {err.code} {err.reason}") from err
-    except (urllib.error.URLError, OSError) as err:
-        raise Retryable(str(getattr(err, "reason", err))) from err
+            raise Retryable(f"HTTP {err.code} {reason}") from err
+        raise InputError(f"{shown(url)}: HTTP {err.code} {reason}") from err
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
+        raise Retryable(shown(" ".join(str(getattr(err, "reason", err)).split()))) from err
     if response.headers.get_content_type() == "text/html":
         # None of the artifacts is a web page: this is Drive's confirmation (or error) page.
         page = response.read(4 << 20).decode("utf-8", "replace")
@@ -245,12 +393,12 @@ def open_source(url: str, offset: int, opener: urllib.request.OpenerDirector | N
         if follow is None or _pages_followed >= 2:
             raise InputError(f"{url}: the server sent a web page instead of the file "
                              f"(Google Drive quota exceeded, or the file is not shared?)")
-        return open_source(follow, offset, opener, _pages_followed + 1)
+        return open_source(follow, offset, opener, _pages_followed + 1, deadline)
     if response.status == 206:
         content_range = _content_range(response.headers.get("Content-Range"))
         if content_range is None or content_range[0] != offset:
             response.close()
-            return open_source(url, 0, opener, _pages_followed)
+            return open_source(url, 0, opener, _pages_followed, deadline)
         return response, offset, content_range[1]
     length = response.headers.get("Content-Length")
     return response, 0, int(length) if length and length.isdigit() else None
@@ -266,41 +414,70 @@ def partial_name(dest: str | os.PathLike) -> Path:
     return dest.with_name(dest.name + ".partial")
 
 
-def _copy_from(url: str, partial: Path, expected_size: int | None, desc: str) -> None:
-    """One attempt: append the rest of `url` to `partial` (truncating it if needed)."""
+class _Oversized(Exception):
+    """The source has more bytes than the file may have (its `limit`)."""
+
+    def __init__(self, limit: int, announced: int | None = None) -> None:
+        super().__init__(limit)
+        self.limit = limit
+        self.announced = announced
+
+
+def _copy_from(url: str, partial: Path, expected_size: int | None, limit: int | None,
+               desc: str, deadline: Deadline) -> None:
+    """One attempt: append the rest of `url` to `partial` (truncating it if needed).
+
+    At most `limit` bytes are ever written: a source that announces or sends more raises
+    _Oversized at once, without writing past the limit.
+    """
     offset = partial.stat().st_size if partial.exists() else 0
     if expected_size is not None and offset > expected_size:
         offset = 0
     if expected_size is not None and offset == expected_size:
         return
-    stream, start, total = open_source(url, offset)
-    total = total if total is not None else expected_size
-    with stream, open(partial, "ab") as out:
-        out.truncate(start)
-        written = start
-        with tqdm(total=total, initial=start, unit="B", unit_scale=True, unit_divisor=1024,
-                  desc=desc, leave=False, disable=None) as bar:
-            while True:
-                try:
-                    chunk = stream.read(CHUNK_SIZE)
-                except (OSError, http.client.HTTPException) as err:
-                    raise Retryable(f"interrupted at byte {written}: {err}") from err
-                if not chunk:
-                    break
-                out.write(chunk)
-                written += len(chunk)
-                bar.update(len(chunk))
+    stream, start, total = open_source(url, offset, deadline=deadline)
+    with stream:
+        if total is not None and limit is not None and total > limit:
+            raise _Oversized(limit, total)
+        total = total if total is not None else expected_size
+        if deadline.total is None:
+            deadline.total = total
+        with open(partial, "ab") as out:
+            out.truncate(start)
+            written = start
+            with tqdm(total=total, initial=start, unit="B", unit_scale=True, unit_divisor=1024,
+                      desc=desc, leave=False, disable=None) as bar:
+                while True:
+                    try:
+                        chunk = stream.read(CHUNK_SIZE)
+                    except (OSError, http.client.HTTPException) as err:
+                        raise Retryable(f"interrupted at byte {written}: "
+                                        f"{shown(' '.join(str(err).split()))}") from err
+                    if not chunk:
+                        break
+                    if limit is not None and written + len(chunk) > limit:
+                        raise _Oversized(limit)
+                    out.write(chunk)
+                    written += len(chunk)
+                    deadline.received += len(chunk)
+                    bar.update(len(chunk))
+    if deadline.expired:  # the watchdog shut the connection: what came is not the whole file
+        raise Retryable(f"stopped at byte {written} by the deadline")
     if total is not None and written < total:
         raise Retryable(f"connection closed at byte {written} of {total}")
 
 
 def fetch(url: str, dest: str | os.PathLike, expected_md5: str | None = None,
-          expected_size: int | None = None, retries: int = 3, retry_wait_s: float = 5.0) -> str:
+          expected_size: int | None = None, retries: int = 3, retry_wait_s: float = 5.0,
+          max_size: int | None = None) -> str:
     """Download `url` to `dest` via `dest.partial`, check it, rename it; return its md5.
 
     An existing `dest` with the expected md5 is kept as it is. A `.partial` left by an earlier
-    run is resumed. Transient failures are retried `retries` times, each resuming. A wrong size
-    or md5 removes the download and raises InputError naming `dest`.
+    run is resumed. Transient failures are retried `retries` times, each resuming, within one
+    overall deadline (`Deadline`: DEADLINE_FLOOR_S plus 1 s per MIN_RATE bytes of the file).
+    No more than `expected_size` (else `max_size`) bytes are written: a source that announces
+    or sends more is stopped at once. A wrong size or md5 removes the download; every failure
+    is an InputError naming `dest`, and advises resuming only when a `.partial` holds bytes.
     """
     dest = Path(dest)
     ensure_dir(dest.parent)
@@ -312,26 +489,44 @@ def fetch(url: str, dest: str | os.PathLike, expected_md5: str | None = None,
         print(f"{dest}: present but not the official file; downloading it again",
               file=sys.stderr)
     partial = partial_name(dest)
-    for attempt in range(retries + 1):
-        try:
-            _copy_from(url, partial, expected_size, desc=dest.name)
-            break
-        except Retryable as err:
-            if attempt == retries:
-                raise InputError(f"{dest}: download from {url} failed ({err}); "
-                                 f"run again to resume from {partial.name}") from err
-            print(f"{dest.name}: {err}; retrying ({attempt + 1}/{retries})", file=sys.stderr)
-            time.sleep(retry_wait_s * (attempt + 1))
+    limit = expected_size if expected_size is not None else max_size
+    with Deadline(expected_size) as deadline:
+        for attempt in range(retries + 1):
+            try:
+                _copy_from(url, partial, expected_size, limit, dest.name, deadline)
+                break
+            except _Oversized as err:
+                with contextlib.suppress(FileNotFoundError):
+                    partial.unlink()
+                what = ("the official file has" if expected_size is not None
+                        else "the most expected of it is")
+                sent = (f"announces {err.announced:,} bytes" if err.announced is not None
+                        else "sent more bytes")
+                raise InputError(f"{dest}: {shown(url)} {sent}, {what} {limit:,}; stopped, "
+                                 f"nothing kept") from err
+            except Retryable as err:
+                if deadline.passed():
+                    have = partial.stat().st_size if partial.exists() else 0
+                    of = f" of {deadline.total:,}" if deadline.total is not None else ""
+                    raise InputError(
+                        f"{dest}: download from {shown(url)} too slow: {have:,}{of} bytes after "
+                        f"{deadline.elapsed_s():.1f} s ({deadline.describe()})"
+                        f"{resume_hint(partial)}") from err
+                if attempt == retries:
+                    raise InputError(f"{dest}: download from {shown(url)} failed ({err})"
+                                     f"{resume_hint(partial)}") from err
+                print(f"{dest.name}: {err}; retrying ({attempt + 1}/{retries})", file=sys.stderr)
+                time.sleep(max(0.0, min(retry_wait_s * (attempt + 1), deadline.remaining_s())))
     size = partial.stat().st_size
     if expected_size is not None and size != expected_size:
         partial.unlink()
         raise InputError(f"{dest}: downloaded {size} bytes, the official file has "
-                         f"{expected_size}; download removed (source {url})")
+                         f"{expected_size}; download removed (source {shown(url)})")
     actual = md5_file(partial)
     if expected_md5 is not None and actual != expected_md5:
         partial.unlink()
         raise InputError(f"{dest}: md5 {actual} is not the official {expected_md5}; "
-                         f"download removed (source {url})")
+                         f"download removed (source {shown(url)})")
     os.replace(partial, dest)
     return actual
 
@@ -420,6 +615,13 @@ R2_OTHER_NAMES = {
 R2_RESULTS_LIST = "bert_reference_results_text_md5.txt"
 R2_RESULTS_ARCHIVES = ("results_text.tar.gz", "results_text.zip")
 R2_RESULTS_UNPACKED = "results4"  # an archive someone already unpacked in the folder
+# The most bytes the bucket's files of unpublished size may have: its metadata (the .uri
+# line, the .md5 lists: the processed dataset's lists 502 files in ~40 KB), the results md5
+# list, and an archive of results/ (the 502 text files hold ~13.6 GB; gzip or zip of them can
+# only be a little larger). A source that sends more is stopped there.
+R2_METADATA_MAX_BYTES = 1 << 20
+R2_RESULTS_LIST_MAX_BYTES = 1 << 20
+R2_RESULTS_ARCHIVE_MAX_BYTES = 16 << 30
 R2_DOWNLOADER = "mlc-r2-downloader.sh"
 R2_DOWNLOADER_URL = ("https://raw.githubusercontent.com/mlcommons/r2-downloader/refs/heads/main/"
                      + R2_DOWNLOADER)
@@ -454,11 +656,34 @@ def _is_access_login(response: requests.Response) -> bool:
     return response.status_code in (401, 403)
 
 
+def _read_bounded(response: requests.Response, url: str, deadline: Deadline) -> bytes:
+    """The body of a streamed response: at most R2_METADATA_MAX_BYTES (InputError beyond), and
+    Retryable once `deadline` has passed (each read returns what one socket read brought)."""
+    body = bytearray()
+    while True:
+        if deadline.passed():
+            raise Retryable(f"too slow: {len(body):,} bytes after {deadline.elapsed_s():.1f} s "
+                            f"({deadline.describe()})")
+        try:
+            chunk = response.raw.read1(1 << 16, decode_content=True)
+        except (requests.RequestException, OSError, http.client.HTTPException,
+                urllib3_exceptions.HTTPError) as err:
+            raise Retryable(shown(" ".join(str(err).split()))) from err
+        if not chunk:
+            return bytes(body)
+        body += chunk
+        deadline.received = len(body)
+        if len(body) > R2_METADATA_MAX_BYTES:
+            raise InputError(f"{shown(url)}: more than {R2_METADATA_MAX_BYTES:,} bytes, not a "
+                             f"metadata file; stopped")
+
+
 def r2_get_text(url: str, retries: int = 3, retry_wait_s: float = 2.0) -> str:
     """The text of a small metadata file (`http(s)://`, `file://` or a path).
 
     Raises R2LoginRequired when the bucket wants a Cloudflare Access login, InputError for
-    anything else that is not the file (after `retries` retries of transient failures).
+    anything else that is not the file (after `retries` retries of transient failures). The
+    body is read up to R2_METADATA_MAX_BYTES, within one `Deadline` for all attempts.
     """
     local = _local_path(url)
     if local is not None:
@@ -467,29 +692,35 @@ def r2_get_text(url: str, retries: int = 3, retry_wait_s: float = 2.0) -> str:
         except OSError as err:
             raise InputError(f"{local}: cannot read ({err.strerror})") from err
     problem = ""
+    deadline = Deadline(R2_METADATA_MAX_BYTES)
     for attempt in range(retries + 1):
         try:
-            response = requests.get(url, headers={"User-Agent": USER_AGENT}, timeout=TIMEOUT_S,
-                                    allow_redirects=False)
+            with requests.get(url, headers={"User-Agent": USER_AGENT}, timeout=TIMEOUT_S,
+                              allow_redirects=False, stream=True) as response:
+                if _is_access_login(response):
+                    raise R2LoginRequired(f"{shown(url)}: the bucket asks for a Cloudflare "
+                                          f"Access login")
+                if response.is_redirect:
+                    raise InputError(f"{shown(url)}: unexpected redirect to "
+                                     f"{shown(response.headers['Location'])}")
+                if response.status_code == 200:
+                    body = _read_bounded(response, url, deadline)
+                    text = body.decode(response.encoding or "utf-8", "replace")
+                    if (response.headers.get("Content-Type", "").startswith("text/html")
+                            and "cloudflareaccess" in text.lower()):
+                        raise R2LoginRequired(f"{shown(url)}: the bucket answers with a "
+                                              f"Cloudflare Access login page")
+                    return text
+                problem = f"HTTP {response.status_code} {shown(response.reason)}"
+                if response.status_code < 500 and response.status_code != 429:
+                    raise InputError(f"{shown(url)}: {problem}")
         except requests.RequestException as err:
-            problem = " ".join(str(err).split())
-        else:
-            if _is_access_login(response):
-                raise R2LoginRequired(f"{url}: the bucket asks for a Cloudflare Access login")
-            if response.is_redirect:
-                raise InputError(f"{url}: unexpected redirect to {response.headers['Location']}")
-            if response.status_code == 200:
-                if (response.headers.get("Content-Type", "").startswith("text/html")
-                        and "cloudflareaccess" in response.text.lower()):
-                    raise R2LoginRequired(f"{url}: the bucket answers with a Cloudflare Access "
-                                          f"login page")
-                return response.text
-            problem = f"HTTP {response.status_code} {response.reason}"
-            if response.status_code < 500 and response.status_code != 429:
-                raise InputError(f"{url}: {problem}")
-        if attempt == retries:
-            raise InputError(f"{url}: {problem}")
-        time.sleep(retry_wait_s * (attempt + 1))
+            problem = shown(" ".join(str(err).split()))
+        except Retryable as err:
+            problem = str(err)
+        if attempt == retries or deadline.passed():
+            raise InputError(f"{shown(url)}: {problem}")
+        time.sleep(max(0.0, min(retry_wait_s * (attempt + 1), deadline.remaining_s())))
     raise AssertionError("unreachable")
 
 
@@ -802,7 +1033,7 @@ def r2_fetch_results(dataset: R2Dataset, folder: Path, known: Mapping[str, check
         raise InputError(f"{where}: does not list {R2_RESULTS_LIST}")
     list_path = folder / R2_RESULTS_LIST
     fetch(dataset.url(R2_RESULTS_LIST), list_path, dataset.listing[R2_RESULTS_LIST],
-          retries=retries)
+          retries=retries, max_size=R2_RESULTS_LIST_MAX_BYTES)
     expected = results_expected(list_path, known)
     names = select_results(expected, wanted, list_path)
     pending = pending_results(results_dir, expected, names)
@@ -810,7 +1041,8 @@ def r2_fetch_results(dataset: R2Dataset, folder: Path, known: Mapping[str, check
         archive = next((name for name in R2_RESULTS_ARCHIVES if name in dataset.listing), None)
         if archive is None:
             raise InputError(f"{where}: lists none of {', '.join(R2_RESULTS_ARCHIVES)}")
-        fetch(dataset.url(archive), folder / archive, dataset.listing[archive], retries=retries)
+        fetch(dataset.url(archive), folder / archive, dataset.listing[archive], retries=retries,
+              max_size=R2_RESULTS_ARCHIVE_MAX_BYTES)
         unpack_results(folder / archive, expected, pending, results_dir)
     for name in names:
         print(f"ok  results/{name}")
