@@ -36,6 +36,7 @@ import base64
 import binascii
 import concurrent.futures
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -52,11 +53,12 @@ from google.api_core import exceptions as api_exceptions
 from google.auth import exceptions as auth_exceptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
+from google.cloud.storage.retry import DEFAULT_RETRY
 from tqdm import tqdm
 
 from benchmark.errors import exit_on_user_error
 from benchmark.files import md5_file
-from cleanup_scripts.artifacts import Retryable
+from cleanup_scripts.artifacts import Retryable, shown
 from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir
 from cleanup_scripts.layout import DatasetLayout
 from cleanup_scripts.ledger import Entry, OutputLedger
@@ -75,6 +77,13 @@ DEFAULT_THREADS = 8
 TIMEOUT_S = (30, 300)  # connect, read
 RETRIES = 5
 RETRY_WAIT_S = 1.0
+# A storage call (listing, a download, a delete) retries a transient failure (connection
+# refused or reset, HTTP 429/5xx) with waits of 0.5, 1, 2, 4, 4 ... s for at most this long in
+# all, then fails with one line naming the endpoint (the library's default is 120 s).
+RETRY_TIMEOUT_S = 10.0
+DEFAULT_ENDPOINT = "https://storage.googleapis.com"
+# A bucket's manifest.tsv is read into memory to check the copy: this much at most.
+MANIFEST_MAX_BYTES = 64 << 20
 OBJECT_NAME_MAX_BYTES = 1024
 _IP_ADDRESS = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3}){3}")
 _GOOGLE = re.compile(r"g[o0][o0]gle")
@@ -193,14 +202,66 @@ def make_client() -> storage.Client:
                          "login` or set GOOGLE_APPLICATION_CREDENTIALS") from err
 
 
+def retry_policy() -> "DEFAULT_RETRY":
+    """The retry of a storage call: the library's own choice of what is transient, within
+    RETRY_TIMEOUT_S (read when called, so it can be changed)."""
+    return DEFAULT_RETRY.with_delay(initial=0.5, maximum=4.0, multiplier=2.0).with_timeout(
+        RETRY_TIMEOUT_S)
+
+
+def endpoint() -> str:
+    """The storage endpoint requests go to: the emulator's, else Google's."""
+    return emulator_endpoint() or DEFAULT_ENDPOINT
+
+
+def _causes(err: BaseException) -> Iterable[BaseException]:
+    """`err` and every exception under it: causes, contexts, a RetryError's last failure,
+    urllib3's `reason`, exceptions passed as arguments."""
+    seen, stack = set(), [err]
+    while stack:
+        item = stack.pop()
+        if not isinstance(item, BaseException) or id(item) in seen:
+            continue
+        seen.add(id(item))
+        yield item
+        stack += [item.__cause__, item.__context__, getattr(item, "reason", None),
+                  getattr(item, "cause", None), *getattr(item, "args", ())]
+
+
+def connection_problem(err: BaseException) -> str | None:
+    """"connection refused", "timed out", ... when `err` is a failure to reach the endpoint
+    (None for anything else, such as an HTTP error answer)."""
+    causes = list(_causes(err))
+    if any(isinstance(c, ConnectionRefusedError) for c in causes):
+        return "connection refused"
+    if not any(isinstance(c, (requests.ConnectionError, requests.Timeout, OSError))
+               for c in causes):
+        return None
+    for cause in causes:
+        if isinstance(cause, OSError) and cause.strerror:
+            return shown(cause.strerror[:1].lower() + cause.strerror[1:])
+    return "timed out" if any(isinstance(c, (TimeoutError, requests.Timeout)) for c in causes) \
+        else "connection failed"
+
+
 def _api_error(where: str, err: Exception) -> InputError:
     """A one-line InputError for a failed storage call about `where`."""
+    where = shown(where)
+    problem = connection_problem(err)
+    if problem is not None:
+        retried = (f" (retried for {RETRY_TIMEOUT_S:g} s)"
+                   if isinstance(err, api_exceptions.RetryError) else "")
+        return InputError(f"{where}: cannot reach the storage endpoint {shown(endpoint())}: "
+                          f"{problem}{retried}")
+    if isinstance(err, api_exceptions.RetryError) and err.cause is not None:
+        err = err.cause
     if isinstance(err, api_exceptions.NotFound):
         return InputError(f"{where}: not found (no such bucket or object)")
     if isinstance(err, api_exceptions.Forbidden):
-        return InputError(f"{where}: permission denied ({err.message})")
-    message = getattr(err, "message", None) or str(err)
-    return InputError(f"{where}: {type(err).__name__}: {message.splitlines()[0][:300]}")
+        return InputError(f"{where}: permission denied ({shown(err.message)})")
+    message = getattr(err, "message", None) or str(err) or type(err).__name__
+    return InputError(f"{where}: {type(err).__name__}: "
+                      f"{shown(' '.join(message.split())[:300])}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -227,13 +288,13 @@ def list_objects(url: GcsUrl, client: storage.Client | None = None) -> dict[str,
     prefix = url.prefix + "/" if url.prefix else None
     objects: dict[str, RemoteObject] = {}
     try:
-        for blob in client.list_blobs(url.bucket, prefix=prefix,
+        for blob in client.list_blobs(url.bucket, prefix=prefix, retry=retry_policy(),
                                       fields="items(name,size,md5Hash,generation),nextPageToken"):
             if blob.name.endswith("/"):
                 continue
             objects[url.relative(blob.name)] = RemoteObject(
                 blob.name, int(blob.size or 0), md5_hex(blob.md5_hash), blob.generation)
-    except api_exceptions.GoogleAPIError as err:
+    except (api_exceptions.GoogleAPIError, requests.RequestException) as err:
         raise _api_error(str(url), err) from err
     return objects
 
@@ -430,7 +491,8 @@ def _put(session: requests.Session, url: str, data: bytes, content_range: str
         response = session.put(url, data=data, headers={"Content-Range": content_range},
                                timeout=TIMEOUT_S)
     except requests.RequestException as err:
-        raise Retryable(str(err)) from err
+        problem = connection_problem(err) or shown(" ".join(str(err).split()))
+        raise Retryable(f"{problem} ({shown(endpoint())})") from err
     if response.status_code >= 500 or response.status_code == 429:
         raise Retryable(f"HTTP {response.status_code}")
     return response
@@ -473,7 +535,7 @@ def _chunked_upload(blob: storage.Blob, local: LocalFile, md5: str, chunk_size: 
             session_url = blob.create_resumable_upload_session(
                 content_type="application/octet-stream", size=local.size, client=client,
                 timeout=TIMEOUT_S, checksum=None)
-        except api_exceptions.GoogleAPIError as err:
+        except (api_exceptions.GoogleAPIError, requests.RequestException) as err:
             raise _api_error(f"{GS_SCHEME}{blob.bucket.name}/{blob.name}", err) from err
         state = dict(identity, session_url=session_url, started=time.time())
     sent = 0
@@ -525,7 +587,7 @@ def _error_message(response: requests.Response) -> str:
         message = response.json()["error"]["message"]
     except (ValueError, KeyError, TypeError):
         message = response.text[:200]
-    return f"HTTP {response.status_code}: {message}"
+    return f"HTTP {response.status_code}: {shown(' '.join(str(message).split()))}"
 
 
 def _single_upload(blob: storage.Blob, local: LocalFile, md5: str, client: storage.Client
@@ -537,10 +599,8 @@ def _single_upload(blob: storage.Blob, local: LocalFile, md5: str, client: stora
                                   client=client, timeout=TIMEOUT_S, checksum=None)
     except api_exceptions.BadRequest as err:
         raise _UploadError(err.message) from err
-    except api_exceptions.GoogleAPIError as err:
+    except (api_exceptions.GoogleAPIError, requests.RequestException) as err:
         raise _api_error(f"{GS_SCHEME}{blob.bucket.name}/{blob.name}", err) from err
-    except requests.RequestException as err:
-        raise _UploadError(f"network error: {err}") from err
     return md5_hex(blob.md5_hash)
 
 
@@ -630,19 +690,52 @@ def upload_tree(source_dir: str | os.PathLike, url: str | GcsUrl, nworker: int =
 
     Nothing is uploaded unless every path stays inside `source_dir` and every file listed in
     its manifest still has the manifest's size and md5 (`check_manifest_md5s`).
+
+    `manifest.tsv` is the commit record: it goes up last, alone, once every file it lists is
+    in the bucket with its md5, so a bucket holding the manifest holds the whole dataset. A
+    manifest already in the bucket that differs from this one is deleted before any other
+    object changes (it would describe files that are being replaced).
     """
     url = parse_gcs_url(url) if isinstance(url, str) else url
     if chunk_size % CHUNK_QUANTUM:
         raise InputError(f"chunk size {chunk_size}: not a multiple of {CHUNK_QUANTUM} bytes")
     files = local_files(source_dir)
-    existing = list_objects(url, make_client())
+    client = make_client()
+    existing = list_objects(url, client)
     check_manifest_md5s(files, source_dir, url, existing, nworker)
     state_dir = ensure_dir(state_dir or Path(source_dir) / ".state" / "upload")
-    files.sort(key=lambda item: -item.size)  # big files first: a shorter tail
-    return _run_in_threads(
-        lambda client, local, on_bytes: upload_file(
-            client, url, local, existing.get(local.relative), chunk_size, state_dir, on_bytes),
-        files, nworker, sum(item.size for item in files), desc="upload")
+    commit = [item for item in files if item.relative == MANIFEST]
+    data = [item for item in files if item.relative != MANIFEST]
+    data.sort(key=lambda item: -item.size)  # big files first: a shorter tail
+    if commit and MANIFEST in existing:
+        _delete_stale_manifest(client, url, commit[0], existing)
+
+    def send(items: list[LocalFile], desc: str) -> list[Transfer]:
+        return _run_in_threads(
+            lambda client, local, on_bytes: upload_file(
+                client, url, local, existing.get(local.relative), chunk_size, state_dir,
+                on_bytes),
+            items, nworker, sum(item.size for item in items), desc=desc)
+
+    transfers = send(data, "upload") if data else []
+    return transfers + (send(commit, f"upload {MANIFEST}") if commit else [])
+
+
+def _delete_stale_manifest(client: storage.Client, url: GcsUrl, manifest: LocalFile,
+                           existing: dict[str, RemoteObject]) -> None:
+    """Delete the bucket's manifest when it is not `manifest` (and forget it in `existing`)."""
+    remote = existing[MANIFEST]
+    if remote.size == manifest.size and remote.md5 == md5_file(manifest.path):
+        return
+    try:
+        client.bucket(url.bucket).blob(remote.name).delete(
+            client=client, if_generation_match=remote.generation, retry=retry_policy(),
+            timeout=TIMEOUT_S)
+    except api_exceptions.NotFound:
+        pass
+    except (api_exceptions.GoogleAPIError, requests.RequestException) as err:
+        raise _api_error(url.child(MANIFEST), err) from err
+    del existing[MANIFEST]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -655,11 +748,20 @@ def partial_name(dest: str | os.PathLike) -> Path:
     return dest.with_name(dest.name + ".partial")
 
 
-def _safe_destination(root: Path, relative: str) -> Path:
-    parts = PurePosixPath(relative).parts
-    if not parts or relative.startswith("/") or any(p in ("", ".", "..") for p in parts):
-        raise InputError(f"{relative}: object name is not a safe relative path")
+def _safe_destination(root: Path, relative: str, where: str | None = None) -> Path:
+    parts = relative.split("/")
+    if (not relative or relative.startswith("/") or any(p in ("", ".", "..") for p in parts)
+            or not relative.isprintable()):
+        raise InputError(f"{where or shown(relative)}: {relative!r} is not a safe relative path")
     return root.joinpath(*parts)
+
+
+def resume_hint(partial: Path) -> str:
+    """"; run again to resume from X.partial" when that file holds bytes to resume from."""
+    try:
+        return f"; run again to resume from {partial.name}" if partial.stat().st_size else ""
+    except OSError:
+        return ""
 
 
 def download_object(client: storage.Client, url: GcsUrl, relative: str, remote: RemoteObject,
@@ -688,16 +790,15 @@ def download_object(client: storage.Client, url: GcsUrl, relative: str, remote: 
                     before = out.tell()
                     blob.download_to_file(out, client=client, start=offset or None,
                                           if_generation_match=remote.generation,
-                                          timeout=TIMEOUT_S, checksum=None)
+                                          timeout=TIMEOUT_S, checksum=None,
+                                          retry=retry_policy())
                     on_bytes(out.tell() - before)
             except api_exceptions.PreconditionFailed as err:
                 raise InputError(f"{source}: the object changed during the download; "
                                  f"run again") from err
-            except api_exceptions.GoogleAPIError as err:
-                raise _api_error(source, err) from err
-            except requests.RequestException as err:
-                raise InputError(f"{source}: download failed ({err}); run again to resume "
-                                 f"from {partial.name}") from err
+            except (api_exceptions.GoogleAPIError, requests.RequestException) as err:
+                hint = resume_hint(partial)
+                raise InputError(f"{_api_error(source, err)}{hint}") from err
         actual = md5_file(partial)
         if remote.md5 is None or actual == remote.md5:
             os.replace(partial, dest)
@@ -710,21 +811,92 @@ def download_object(client: storage.Client, url: GcsUrl, relative: str, remote: 
                      f"download removed")
 
 
+def read_remote_manifest(client: storage.Client, url: GcsUrl, remote: RemoteObject
+                         ) -> dict[str, tuple[int, str]]:
+    """The bucket's `manifest.tsv` under `url`: {path: (bytes, md5)}, read into memory (at
+    most MANIFEST_MAX_BYTES) and checked against the object's md5. InputError, in one line
+    naming the manifest (and line), for anything that is not such a manifest."""
+    where = url.child(MANIFEST)
+    if remote.size > MANIFEST_MAX_BYTES:
+        raise InputError(f"{where}: {remote.size:,} bytes, more than a manifest may have "
+                         f"({MANIFEST_MAX_BYTES:,})")
+    try:
+        data = client.bucket(url.bucket).blob(remote.name).download_as_bytes(
+            client=client, if_generation_match=remote.generation, timeout=TIMEOUT_S,
+            checksum=None, retry=retry_policy())
+    except (api_exceptions.GoogleAPIError, requests.RequestException) as err:
+        raise _api_error(where, err) from err
+    if remote.md5 is not None and hashlib.md5(data).hexdigest() != remote.md5:
+        raise InputError(f"{where}: the bytes read are not the object's md5 {remote.md5}; "
+                         f"run again")
+    listed: dict[str, tuple[int, str]] = {}
+    for number, line in enumerate(data.decode("utf-8", "replace").splitlines()[1:], start=2):
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if (len(fields) != 3 or not fields[1].isdigit()
+                or not re.fullmatch(r"[0-9a-fA-F]{32}", fields[2])):
+            raise InputError(f"{where}:{number}: expected 'path<TAB>bytes<TAB>md5': "
+                             f"{line[:60]!r}")
+        _safe_destination(Path("."), fields[0], f"{where}:{number}")
+        listed[fields[0]] = (int(fields[1]), fields[2].lower())
+    return listed
+
+
+def check_complete(url: GcsUrl, listed: dict[str, tuple[int, str]],
+                   objects: dict[str, RemoteObject]) -> None:
+    """InputError, one line, unless every file the manifest lists is under `url` with the
+    manifest's size and md5 (an upload that stopped before the end, or another one since)."""
+    problems = []
+    for relative, (size, md5) in sorted(listed.items()):
+        remote = objects.get(relative)
+        if remote is None:
+            problems.append(f"{shown(relative)} is missing")
+        elif remote.size != size or (remote.md5 is not None and remote.md5 != md5):
+            problems.append(f"{shown(relative)} is {remote.size:,} bytes with md5 "
+                            f"{remote.md5 or 'unknown'}, the manifest says {size:,} bytes, "
+                            f"md5 {md5}")
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise InputError(f"{url.child(MANIFEST)}: lists {len(listed)} files, but {problems[0]}"
+                         f"{more}: an incomplete or overlapping upload; nothing downloaded")
+
+
 def download_prefix(url: str | GcsUrl, dest_dir: str | os.PathLike,
                     nworker: int = DEFAULT_THREADS, chunk_size: int = DEFAULT_CHUNK_SIZE
                     ) -> list[Transfer]:
     """Download every object under `url` to `dest_dir` (same relative paths) in `nworker`
-    threads; files already there with the right md5 are kept, `.partial`s are continued."""
+    threads; files already there with the right md5 are kept, `.partial`s are continued.
+
+    When the prefix holds `manifest.tsv` (an upload's commit record), nothing is downloaded
+    unless every file it lists is there with its size and md5 (`check_complete`), and the
+    manifest itself is written last, after every other file. Without one, a note says the
+    copy's completeness cannot be checked.
+    """
     url = parse_gcs_url(url) if isinstance(url, str) else url
-    dest_dir = ensure_dir(dest_dir)
-    objects = list_objects(url, make_client())
+    client = make_client()
+    objects = list_objects(url, client)
     if not objects:
         raise InputError(f"{url}: no objects")
-    items = sorted(objects.items(), key=lambda item: -item[1].size)
-    return _run_in_threads(
-        lambda client, item, on_bytes: download_object(
-            client, url, item[0], item[1], dest_dir, chunk_size, on_bytes),
-        items, nworker, sum(remote.size for remote in objects.values()), desc="download")
+    if MANIFEST in objects:
+        check_complete(url, read_remote_manifest(client, url, objects[MANIFEST]), objects)
+    else:
+        print(f"note: {url} holds no {MANIFEST}, so whether it is complete cannot be checked",
+              file=sys.stderr)
+    dest_dir = ensure_dir(dest_dir)
+    items = sorted(((relative, remote) for relative, remote in objects.items()
+                    if relative != MANIFEST), key=lambda item: -item[1].size)
+
+    def fetch(batch: list, desc: str) -> list[Transfer]:
+        return _run_in_threads(
+            lambda client, item, on_bytes: download_object(
+                client, url, item[0], item[1], dest_dir, chunk_size, on_bytes),
+            batch, nworker, sum(remote.size for _, remote in batch), desc=desc)
+
+    transfers = fetch(items, "download") if items else []
+    if MANIFEST in objects:
+        transfers += fetch([(MANIFEST, objects[MANIFEST])], f"download {MANIFEST}")
+    return transfers
 
 
 # ----------------------------------------------------------------------------------------------

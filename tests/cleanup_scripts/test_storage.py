@@ -622,3 +622,141 @@ def test_tensorflow_reads_a_gs_tfrecord_from_the_emulator(dataset, bucket, emula
     assert f"records {len(TF_RECORDS)}" in result.stdout
     assert f"last {TF_RECORDS[-1].decode()}" in result.stdout
     assert set(proxy.tunnels) <= set(EmulatorTlsProxy.HOSTS) and proxy.tunnels
+
+
+# ----------------------------------------------------------------------------------------------
+# Interrupted uploads, incomplete bucket copies, an endpoint that is down (issue 24)
+
+
+def run_in_process(main, args: list[str]) -> int:
+    """Run a CLI's `main` as `python -m` would (so monkeypatched limits apply); its status."""
+    from benchmark.errors import exit_on_user_error
+    try:
+        exit_on_user_error(lambda: main(args))
+    except SystemExit as exit_info:
+        return exit_info.code
+    return 0
+
+
+def manifest_tree(root: Path, files: dict[str, bytes]) -> Path:
+    """`files` under `root` with the manifest.tsv that `make preprocess` would write."""
+    rows = ["path\tbytes\tmd5"]
+    for relative, payload in sorted(files.items()):
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_bytes(payload)
+        rows.append(f"{relative}\t{len(payload)}\t{hashlib.md5(payload).hexdigest()}")
+    (root / "manifest.tsv").write_text("\n".join(rows) + "\n")
+    return root
+
+
+def test_a_killed_upload_leaves_no_manifest_and_the_rerun_commits_it(tmp_path, bucket):
+    """manifest.tsv is the commit record: a `kill -9` mid-upload leaves the bucket without it
+    (never a manifest listing files that are not there), and the re-run sends it last."""
+    source = manifest_tree(tmp_path / "source", {"tfrecords/big": os.urandom(BIG),
+                                                 "vocab.txt": b"[PAD]\n[UNK]\n"})
+    url = f"gs://{bucket}/bert"
+    state_dir = source / ".state" / "upload"
+    args = ["cleanup_scripts.upload", f"--bucket={url}", f"--source_dir={source}",
+            "--chunk_mb=0.25"]
+    start_and_kill(args, lambda: any(state_dir.glob("*.json")))
+    held = bucket_md5s(url)
+    assert "tfrecords/big" not in held  # the kill came mid-file
+    assert "manifest.tsv" not in held, held
+
+    copy = tmp_path / "copy"
+    result = run_module("cleanup_scripts.storage", "download", url, str(copy))
+    assert f"note: {url} holds no manifest.tsv, so whether it is complete cannot be checked" \
+        in result.stderr
+
+    run_module(*args)
+    assert bucket_md5s(url)["manifest.tsv"] == md5_of(source / "manifest.tsv")
+    run_module("cleanup_scripts.storage", "download", url, str(copy))
+    for relative in ("tfrecords/big", "vocab.txt", "manifest.tsv"):
+        assert md5_of(copy / relative) == md5_of(source / relative)
+
+
+def test_the_manifest_goes_up_only_after_every_file_succeeded(dataset, bucket, monkeypatch):
+    """A fault between data and manifest: one file fails, so the manifest is not sent, and a
+    bucket manifest of an earlier upload that no longer holds is deleted first."""
+    url = storage.parse_gcs_url(f"gs://{bucket}/bert")
+    storage.upload_tree(dataset, url, nworker=4)
+    old_manifest = bucket_md5s(str(url))["manifest.tsv"]
+    vocab = dataset / "vocab.txt"
+    vocab.write_bytes(vocab.read_bytes() + b"[NEW]\n")
+    manifest = dataset / "manifest.tsv"
+    manifest.write_text("".join(
+        f"vocab.txt\t{vocab.stat().st_size}\t{md5_of(vocab)}\n" if line.startswith("vocab.txt\t")
+        else line + "\n" for line in manifest.read_text().splitlines()))
+    real = storage.upload_file
+
+    def failing(client, url_, local, *args, **kwargs):
+        if local.relative == "vocab.txt":
+            raise InputError(f"{url_.child(local.relative)}: upload failed (injected)")
+        return real(client, url_, local, *args, **kwargs)
+
+    monkeypatch.setattr(storage, "upload_file", failing)
+    with pytest.raises(InputError, match="injected"):
+        storage.upload_tree(dataset, url, nworker=4)
+    held = bucket_md5s(str(url))
+    assert "manifest.tsv" not in held, (held.get("manifest.tsv"), old_manifest)
+    monkeypatch.setattr(storage, "upload_file", real)
+    storage.upload_tree(dataset, url, nworker=4)
+    assert bucket_md5s(str(url))["manifest.tsv"] == md5_of(manifest)
+
+
+@pytest.mark.parametrize("fault", ["missing", "differs"])
+def test_download_refuses_a_copy_its_manifest_does_not_describe(dataset, bucket, tmp_path,
+                                                                 fault):
+    url = f"gs://{bucket}/bert"
+    run_module("cleanup_scripts.upload", f"--bucket={url}", f"--source_dir={dataset}")
+    blob = storage.make_client().bucket(bucket).blob("bert/results/part-00100-of-00500")
+    part = dataset / "results" / "part-00100-of-00500"
+    if fault == "missing":
+        blob.delete()
+        problem = "results/part-00100-of-00500 is missing"
+    else:
+        blob.upload_from_string(b"other bytes")
+        problem = (f"results/part-00100-of-00500 is 11 bytes with md5 "
+                   f"{hashlib.md5(b'other bytes').hexdigest()}, the manifest says "
+                   f"{part.stat().st_size:,} bytes, md5 {md5_of(part)}")
+    copy = tmp_path / "copy"
+    result = run_module("cleanup_scripts.storage", "download", url, str(copy), check=False)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (f"error: {url}/manifest.tsv: lists 6 files, but {problem}: an "
+                             f"incomplete or overlapping upload; nothing downloaded\n")
+    assert not copy.exists()
+
+
+def test_a_hostile_bucket_manifest_is_one_escaped_line(dataset, bucket, tmp_path):
+    url = f"gs://{bucket}/bert"
+    run_module("cleanup_scripts.upload", f"--bucket={url}", f"--source_dir={dataset}")
+    storage.make_client().bucket(bucket).blob("bert/manifest.tsv").upload_from_string(
+        b"path\tbytes\tmd5\n../../etc/x\x1b[2J\t1\t" + b"0" * 32 + b"\n")
+    result = run_module("cleanup_scripts.storage", "download", url, str(tmp_path / "copy"),
+                        check=False)
+    assert result.returncode == 1
+    assert result.stderr == (f"error: {url}/manifest.tsv:2: '../../etc/x\\x1b[2J' is not a safe "
+                             f"relative path\n")
+
+
+@pytest.mark.timeout(60)
+def test_a_storage_endpoint_that_is_down_is_one_line_naming_it(dataset, monkeypatch, capsys):
+    """Nothing listens on the emulator's port: each command gives up within its retry budget
+    (here 1 s; 10 s by default, not the library's 120 s) with one line that says so."""
+    from cleanup_scripts.artifacts import upload, verify
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv(storage.EMULATOR_ENV, endpoint)
+    monkeypatch.setattr(storage, "RETRY_TIMEOUT_S", 1.0, raising=False)
+    url = "gs://down-bucket/bert"
+    for main, args in ((storage.main, ["ls", url]),
+                       (storage.main, ["download", url, str(dataset.parent / "copy")]),
+                       (upload.main, [f"--bucket={url}", f"--source_dir={dataset}"]),
+                       (verify.main, [url])):
+        started = time.monotonic()
+        assert run_in_process(main, args) == 1, args
+        seconds = time.monotonic() - started
+        err = capsys.readouterr().err
+        assert err == (f"error: {url}: cannot reach the storage endpoint {endpoint}: connection "
+                       f"refused (retried for 1 s)\n"), args
+        assert seconds < 5, (args, seconds)
+    assert storage.RETRY_TIMEOUT_S == 1.0 and not (dataset.parent / "copy").exists()
