@@ -28,6 +28,12 @@ Sources (`--source`):
 `--url NAME=URL` sets one artifact's source and `--base_url=BASE` all others' (`BASE/<path>`),
 whatever `--source` says; a source may be `http(s)://…`, `file://…` or a local path.
 
+Every file has one overall deadline, all attempts included: 300 s plus 1 s per 128 KiB of it
+(`Deadline`); a server that drips bytes or stalls is cut off there. No more bytes are written
+than the official size (the bucket's files of unpublished size and its metadata have ceilings):
+a source that announces or sends more is stopped at once and nothing is kept. Every failure is
+one line naming the file; resuming is advised only when a `.partial` holds bytes.
+
 Bytes go to `<file>.partial`, which a later run resumes (an HTTP Range request); the complete
 file is compared with the official md5 in `checksums/` and only then renamed into place. A
 `results/` file missing from `checksums/` is checked against the bucket's own list (itself

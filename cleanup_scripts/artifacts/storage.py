@@ -23,6 +23,15 @@ Every transfer is checked against an md5: an upload sends the file's md5 (from t
 bytes, and the md5 the bucket reports afterwards is compared again; a download is compared
 with the object's md5 before it is renamed into place.
 
+`manifest.tsv` is the commit record of a dataset's upload: it is sent last, alone, once every
+file it lists is in the bucket with its md5 (a bucket manifest that no longer holds is deleted
+before anything else changes), so an interrupted upload leaves no manifest. A download of a
+prefix holding one first checks that every file it lists is there with its size and md5 (one
+line and nothing downloaded otherwise) and writes the manifest last.
+
+Bounds: a storage call retries transient failures for RETRY_TIMEOUT_S (10 s) in all, then
+stops with one line naming the endpoint and the problem ("connection refused").
+
 Resumption: an upload skips objects already in the bucket with the right md5; a file larger
 than one chunk goes through a resumable upload session whose URL is kept in a small state file
 (`<source_dir>/.state/upload/`), so a re-run after an interruption continues from the bytes the
@@ -757,11 +766,15 @@ def _safe_destination(root: Path, relative: str, where: str | None = None) -> Pa
 
 
 def resume_hint(partial: Path) -> str:
-    """"; run again to resume from X.partial" when that file holds bytes to resume from."""
+    """"; run again to resume from X.partial" when that file holds bytes to resume from; an
+    empty one is removed and nothing is advised."""
     try:
-        return f"; run again to resume from {partial.name}" if partial.stat().st_size else ""
+        if partial.stat().st_size > 0:
+            return f"; run again to resume from {partial.name}"
+        partial.unlink()
     except OSError:
-        return ""
+        pass
+    return ""
 
 
 def download_object(client: storage.Client, url: GcsUrl, relative: str, remote: RemoteObject,

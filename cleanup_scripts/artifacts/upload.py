@@ -3,8 +3,10 @@
     python -m cleanup_scripts.upload --bucket=gs://BUCKET/PREFIX [--source_dir=build/dataset]
         [--nworker=8] [--chunk_mb=16]          (or: make upload BUCKET=gs://BUCKET/PREFIX)
 
-Sends the files of `SOURCE_DIR/manifest.tsv` and the manifest itself (a `make preprocess`
-output), or every non-hidden file when there is no manifest, to `gs://BUCKET/PREFIX/<path>`.
+Sends the files of `SOURCE_DIR/manifest.tsv` and then, last and only when every one of them
+succeeded, the manifest itself (a `make preprocess` output; the bucket's manifest is the commit
+record, so an interrupted upload leaves none), or every non-hidden file when there is no
+manifest, to `gs://BUCKET/PREFIX/<path>`.
 Nothing is sent when the URL breaks the bucket naming rules, a path leads outside SOURCE_DIR
 (absolute, `..`, a symlink out of it), or a listed file no longer has the manifest's md5
 (`.state/` ledgers vouch for files whose size and mtime are unchanged; others are hashed).

@@ -760,3 +760,20 @@ def test_a_storage_endpoint_that_is_down_is_one_line_naming_it(dataset, monkeypa
                        f"refused (retried for 1 s)\n"), args
         assert seconds < 5, (args, seconds)
     assert storage.RETRY_TIMEOUT_S == 1.0 and not (dataset.parent / "copy").exists()
+
+
+def test_a_failed_object_download_advises_resuming_only_from_a_partial_file(tmp_path,
+                                                                            monkeypatch):
+    monkeypatch.setenv(storage.EMULATOR_ENV, f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setattr(storage, "RETRY_TIMEOUT_S", 0.5, raising=False)
+    url = storage.parse_gcs_url("gs://down-bucket/bert")
+    remote = storage.RemoteObject("bert/vocab.txt", 1000, "0" * 32, 1)
+    for held, hint in ((b"", ""), (b"x" * 100, "; run again to resume from vocab.txt.partial")):
+        if held:
+            (tmp_path / "vocab.txt.partial").write_bytes(held)
+        with pytest.raises(InputError) as raised:
+            storage.download_object(storage.make_client(), url, "vocab.txt", remote, tmp_path,
+                                    storage.DEFAULT_CHUNK_SIZE)
+        assert str(raised.value).endswith(f"/vocab.txt: cannot reach the storage endpoint "
+                                          f"{storage.endpoint()}: connection refused (retried "
+                                          f"for 0.5 s){hint}")
