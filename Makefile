@@ -98,8 +98,9 @@ bench-data:
 bench-train:
 	$(PY) -m reference.bench --reference_dir=$(REFERENCE_BERT) $(BENCH_TRAIN_ARGS)
 
+# `@`: make does not echo the command, so `CHECK_ARGS="--format json"` prints only JSON.
 check:
-	$(PY) -m benchmark.check $(LOG) $(if $(SUBMISSION),--submission $(SUBMISSION)) $(CHECK_ARGS)
+	@$(PY) -m benchmark.check $(LOG) $(if $(SUBMISSION),--submission $(SUBMISSION)) $(CHECK_ARGS)
 
 clean-build:
 	rm -rf build

@@ -3,12 +3,13 @@
     python -m benchmark.check LOG [LOG ...]              one or more result logs
     python -m benchmark.check results/<system>/bert      a folder of result_*.txt (+ RCP check)
     python -m benchmark.check --submission submissions/<org>
-                              [--ruleset 1.0.0] [--format text|json|csv|markdown]
-                              [--plot accuracy.png] [--no-official]
+                              [--ruleset X.Y.Z] [--format text|json|csv|markdown]
+                              [--plot accuracy.png] [--verbose] [--no-official]
 
-Prints one line per problem, `file:line: rule: message` (line 0: the whole file), then a table
-of the runs and the olympic score. Exit status: 0 no errors (warnings allowed), 1 errors found,
-2 the command itself could not run (bad arguments, --plot impossible).
+Prints one line per error, `file:line: rule: message [source]` (line 0: the whole file), the
+warnings grouped by rule (a count and the first few; --verbose lists all), a table of the
+runs with the olympic score, and one verdict line naming the ruleset used (`--ruleset`, else
+the round a `training_results_vX.Y` path names, else the one the logs' keys point to).
 With --format json everything is one JSON object on stdout; with csv or markdown the table goes
 to stdout and the problem lines to stderr.
 """
@@ -18,7 +19,9 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence, TextIO
@@ -28,15 +31,21 @@ from tqdm import tqdm
 from benchmark.errors import UserError
 from benchmark.log_check import LogReport, check_log
 from benchmark.official import PackageOutcome, RcpOutcome, available_rulesets
-from benchmark.rulesets import DEFAULT_RULESET, ruleset as ruleset_facts
-from benchmark.problems import Problem, count_errors, sort_key
+from benchmark.rulesets import (DEFAULT_RULESET, LAST_BERT_ROUND, RULESETS,
+                               ruleset as ruleset_facts)
+from benchmark.problems import ERROR, Problem, count_errors, sort_key
 from benchmark.submission import check_result_folder, check_submission
 from benchmark import summary
 
 FORMATS = ("text", "json", "csv", "markdown")
 PROGRESS_FROM = 20  # logs; fewer are checked without a progress bar
 PLOT_FORMATS = (".png", ".pdf", ".svg")  # what --plot writes (matplotlib picks by suffix)
-EXIT_OK, EXIT_ERRORS, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_ERRORS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_CODES = ("exit status: 0 no errors (warnings allowed); 1 errors found; 2 the command could "
+              "not run (bad arguments, --plot impossible); 3 an internal error of the checker")
+WARNINGS_SHOWN = 3  # per rule, without --verbose
+ROUND_IN_PATH = re.compile(r"training_results_v(\d+)\.(\d+)")
+SNIFF_BYTES = 4 << 20  # of the first log, read to guess its round
 
 
 class UsageError(UserError):
@@ -53,20 +62,27 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     """The command line of `python -m benchmark.check`."""
     parser = _Parser(prog="python -m benchmark.check",
-                     description="Check MLPerf BERT result logs or a submission tree.")
+                     description="Check MLPerf BERT result logs or a submission tree.",
+                     epilog=EXIT_CODES)
     parser.add_argument("paths", nargs="*", metavar="PATH",
                         help="a result log, a folder of result_*.txt, or a submission tree")
     parser.add_argument("--submission", action="append", default=[], metavar="ORG_DIR",
                         help="a submission tree: ORG_DIR/results/<system>/bert/result_N.txt "
                              "and ORG_DIR/systems/<system>.json")
-    parser.add_argument("--ruleset", default=DEFAULT_RULESET,
-                        help=f"official ruleset for the mlperf_logging checkers "
-                             f"(default {DEFAULT_RULESET})")
+    parser.add_argument("--ruleset", default=None, metavar="X.Y.Z",
+                        help=f"the round's ruleset: {', '.join(RULESETS)} (BERT left MLPerf "
+                             f"Training after {LAST_BERT_ROUND}). Default: the round of a "
+                             f"training_results_vX.Y path, else {LAST_BERT_ROUND} for logs "
+                             f"that name opt_lamb_epsilon (rulesets 3.0.0 on), else "
+                             f"{DEFAULT_RULESET}; the verdict line names the one used")
     parser.add_argument("--format", default="text", choices=FORMATS,
                         help="output format of the results (default text)")
     parser.add_argument("--plot", metavar="OUT.png",
                         help="save eval accuracy vs samples trained per run (needs matplotlib)")
-    parser.add_argument("--no-official", dest="official", action="store_false",
+    parser.add_argument("--verbose", action="store_true",
+                        help=f"list every warning (default: the first {WARNINGS_SHOWN} per rule)")
+    parser.add_argument("--no_official", "--no-official", dest="official",
+                        action="store_false",
                         help="skip the mlperf_logging checkers (BERT rules only)")
     return parser
 
@@ -87,6 +103,8 @@ class Verdict:
     """Everything one invocation found."""
     problems: list[Problem] = field(default_factory=list)
     groups: list[Group] = field(default_factory=list)
+    ruleset: str = DEFAULT_RULESET
+    ruleset_note: str = "given"
 
     @property
     def errors(self) -> int:
@@ -105,6 +123,41 @@ def _is_result_folder(path: Path) -> bool:
         return path.is_dir() and any(p.name.startswith("result_") for p in path.iterdir())
     except OSError:
         return False
+
+
+def _first_log(paths: Sequence[str]) -> Path | None:
+    """The first result log the paths name (a file, or a result_*.txt under a folder)."""
+    for raw in paths:
+        path = Path(raw)
+        if path.is_file():
+            return path
+        if path.is_dir():
+            return next((p for p in sorted(path.rglob("result_*.txt")) if p.is_file()), None)
+    return None
+
+
+def choose_ruleset(given: str | None, paths: Sequence[str]) -> tuple[str, str]:
+    """(ruleset, why) for a check of `paths`: `given`, else the round a training_results_vX.Y
+    path names, else LAST_BERT_ROUND when the first log names opt_lamb_epsilon (a key of
+    rulesets 3.0.0 and later), else DEFAULT_RULESET."""
+    if given:
+        return given, "given"
+    for raw in paths:
+        match = ROUND_IN_PATH.search(str(Path(raw).resolve()))
+        if match and f"{match[1]}.{match[2]}.0" in RULESETS:
+            return f"{match[1]}.{match[2]}.0", f"from the path (training_results_v{match[1]}.{match[2]})"
+    first = _first_log(paths)
+    if first is not None:
+        try:
+            with open(first, "rb") as stream:
+                head = stream.read(SNIFF_BYTES)
+        except OSError:
+            head = b""
+        if b'"opt_lamb_epsilon"' in head:
+            return LAST_BERT_ROUND, ("assumed: the logs name opt_lamb_epsilon, a key of "
+                                     f"rulesets 3.0.0-{LAST_BERT_ROUND}; give --ruleset for "
+                                     "another round")
+    return DEFAULT_RULESET, "assumed: no --ruleset given; give --ruleset for another round"
 
 
 def _count_logs(paths: Sequence[str], submissions: Sequence[str]) -> int:
@@ -171,7 +224,8 @@ def _rcp_line(rcp: RcpOutcome) -> str:
         return f"RCP check: skipped ({rcp.message})"
     result = "passed" if rcp.passed else "FAILED"
     scale = f"; score normalization factor {rcp.norm_factor:.4f}" if rcp.norm_factor != 1 else ""
-    return f"RCP check: {result} ({rcp.message}){scale}"
+    numbers = f"; {rcp.numbers}" if rcp.numbers else ""
+    return f"RCP check: {result} ({rcp.message}{numbers}){scale}"
 
 
 def _facts(group: Group, score: summary.Score | None) -> list[str]:
@@ -225,7 +279,27 @@ def _verdict_line(verdict: Verdict) -> str:
     errors = verdict.errors
     warnings = len(verdict.problems) - errors
     word = "FAILED" if errors else "PASSED"
-    return f"{word}: {errors} error(s), {warnings} warning(s)"
+    note = "" if verdict.ruleset_note == "given" else f", {verdict.ruleset_note}"
+    return (f"{word}: {errors} error(s), {warnings} warning(s) "
+            f"(ruleset {verdict.ruleset}{note})")
+
+
+def _problem_lines(problems: Sequence[Problem], verbose: bool) -> list[str]:
+    """Every error on its own line; warnings grouped by rule, each group a count and its
+    first WARNINGS_SHOWN instances (all with `verbose`)."""
+    lines = [p.format() for p in problems if p.severity == ERROR]
+    by_rule: dict[str, list[Problem]] = defaultdict(list)
+    for problem in problems:
+        if problem.severity != ERROR:
+            by_rule[problem.rule].append(problem)
+    for rule, found in sorted(by_rule.items()):
+        logs = len({p.path for p in found})
+        lines.append(f"warnings: {rule}: {len(found)} in {logs} file(s)")
+        shown = found if verbose else found[:WARNINGS_SHOWN]
+        lines += [f"  {p.format()}" for p in shown]
+        if len(found) > len(shown):
+            lines.append(f"  ... {len(found) - len(shown)} more (--verbose lists them)")
+    return lines
 
 
 def _json_rows(table) -> list[dict]:
@@ -259,22 +333,24 @@ def render_json(verdict: Verdict) -> str:
         groups.append(entry)
     errors = verdict.errors
     return json.dumps({"verdict": "fail" if errors else "pass", "errors": errors,
+                       "ruleset": verdict.ruleset, "ruleset_note": verdict.ruleset_note,
                        "warnings": len(verdict.problems) - errors,
                        "problems": [p.as_dict() for p in verdict.problems],
                        "groups": groups}, indent=2, allow_nan=False)
 
 
 def emit(verdict: Verdict, fmt: str, out: TextIO | None = None,
-         err: TextIO | None = None) -> None:
-    """Print the verdict in `fmt` to `out` (default stdout) and `err` (default stderr)."""
+         err: TextIO | None = None, verbose: bool = False) -> None:
+    """Print the verdict in `fmt` to `out` (default stdout) and `err` (default stderr);
+    `verbose`: every warning, not the first few per rule."""
     out = out or sys.stdout
     err = err or sys.stderr
     if fmt == "json":
         print(render_json(verdict), file=out)
         return
     side = out if fmt == "text" else err  # csv/markdown keep stdout for the table
-    for problem in verdict.problems:
-        print(problem.format(), file=side)
+    for line in _problem_lines(verdict.problems, verbose):
+        print(line, file=side)
     if fmt == "csv":
         print(_groups_csv(verdict.groups), file=out)
         for group in verdict.groups:
@@ -295,10 +371,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.paths and not args.submission:
             raise UsageError("give a log, a result folder or --submission ORG_DIR "
                              "(make check LOG=path or SUBMISSION=submissions/<org>)")
-        rulesets = available_rulesets()
-        if args.ruleset not in rulesets:
-            raise UsageError(f"unknown ruleset {args.ruleset!r}; choose from "
-                             f"{', '.join(rulesets)}")
+        ruleset, note = choose_ruleset(args.ruleset, [*args.paths, *args.submission])
+        try:
+            ruleset_facts(ruleset)
+        except KeyError as exc:
+            raise UsageError(exc.args[0]) from None
+        if args.official and ruleset not in available_rulesets():
+            raise UsageError(f"the installed mlperf_logging has no BERT rules for {ruleset}; "
+                             f"it has {', '.join(available_rulesets())}")
         if args.plot:
             reason = summary.plot_available()
             if reason:
@@ -315,8 +395,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"check: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    verdict = run_checks(args.paths, args.submission, args.ruleset, args.official)
-    emit(verdict, args.format)
+    verdict = run_checks(args.paths, args.submission, ruleset, args.official)
+    verdict.ruleset, verdict.ruleset_note = ruleset, note
+    emit(verdict, args.format, verbose=args.verbose)
     if args.plot:
         try:
             summary.plot_runs([r for g in verdict.groups for r in g.reports], args.plot)
@@ -338,7 +419,7 @@ def entry_point() -> None:
         status = EXIT_ERRORS
     except Exception as exc:  # noqa: BLE001 - never a traceback, whatever the input
         print(f"check: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        status = 3
+        status = EXIT_INTERNAL
     sys.exit(status)
 
 

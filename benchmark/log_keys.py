@@ -40,6 +40,8 @@ EVAL_SAMPLES = mlc.EVAL_SAMPLES
 RESUME = "resume"
 # The run was started with a setting the closed division does not allow (value: the reason).
 NONCOMPLIANT = "noncompliant"
+# The masked-LM accuracy the run stops at (value: a fraction; an open run's own target).
+TARGET_ACCURACY = "target_accuracy"
 
 # Run settings the trainer logs once besides the hyperparameters.
 OPT_NAME = mlc.OPT_NAME

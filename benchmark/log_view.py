@@ -158,6 +158,15 @@ class LogView:
         return self.first_at_target.samples if self.first_at_target else None
 
     @property
+    def target(self) -> float | None:
+        """The accuracy the run aims at: closed, the benchmark's 0.720; open, the run's own
+        target_accuracy record when it logs one (None if not)."""
+        if self.division == "closed":
+            return constants.TARGET_MLM_ACCURACY
+        value = as_finite(self.value(k.TARGET_ACCURACY))
+        return value if value is not None and 0.0 < value < 1.0 else None
+
+    @property
     def final_accuracy(self) -> float | None:
         """Accuracy of the last eval (None if there is none or it is not a number)."""
         return self.evals[-1].accuracy if self.evals else None

@@ -23,9 +23,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
+import functools
 import importlib
+import importlib.metadata
 import importlib.util
 import io
+import json
 import logging
 import re
 import shutil
@@ -189,6 +193,49 @@ def untrusted_values(parsed: ParsedLog) -> list[Problem]:
                     f"unknown {what} {shown}; the official checker was not run on this log "
                     f"(known: {', '.join(names)})"))
     return problems
+
+
+@functools.lru_cache(maxsize=None)
+def _rule_files(ruleset: str) -> tuple[tuple[str, str], ...]:
+    """(file name, text) of the YAML files the compliance checker reads for a BERT log."""
+    if not _PACKAGE_DIR:
+        return ()
+    base = Path(_PACKAGE_DIR) / "compliance_checker" / f"{USAGE}_{ruleset}"
+    files = []
+    for name in ("closed_bert.yaml", "open_bert.yaml", "closed_common.yaml", "open_common.yaml",
+                 "common.yaml"):
+        try:
+            files.append((name, (base / name).read_text()))
+        except OSError:
+            continue
+    return tuple(files)
+
+
+def compliance_source(ruleset: str, key: str) -> str:
+    """Where the compliance checker's rule for `key` lives: the installed package's YAML file
+    of `ruleset` that names it, e.g. "mlperf_logging 4.1.68, training_1.0.0/closed_bert.yaml:
+    eval_accuracy"."""
+    version = _package_version()
+    files = [name for name, text in _rule_files(ruleset)
+             if re.search(rf"NAME:\s*{re.escape(key)}\s*$", text, re.M)]
+    where = ", ".join(f"{USAGE}_{ruleset}/{name}" for name in files[:2]) or \
+        f"{USAGE}_{ruleset}/*.yaml"
+    return f"mlperf_logging {version} compliance checker, {where}: {key}"
+
+
+@functools.lru_cache(maxsize=None)
+def _package_version() -> str:
+    try:
+        return importlib.metadata.version("mlperf-logging")
+    except importlib.metadata.PackageNotFoundError:
+        return "(version unknown)"
+
+
+def _with_sources(problems: list[Problem], ruleset: str) -> list[Problem]:
+    """`problems` of the compliance checker, each error naming the YAML rule it comes from."""
+    return [dataclasses.replace(p, source=compliance_source(ruleset, p.rule.split("/", 1)[1]))
+            if p.severity == ERROR and p.rule.startswith("official/") else p
+            for p in problems]
 
 
 def _round_leniency(problems: list[Problem], ruleset: str) -> list[Problem]:
@@ -366,7 +413,7 @@ def run_compliance(parsed: ParsedLog, ruleset: str = DEFAULT_RULESET) -> Complia
         problems.append(_compliance_problem(path, text, locate, ERROR, None))
     if not valid and not any(p.severity == ERROR for p in problems):
         problems.append(Problem(path, 0, "official/compliance", "the compliance checker failed"))
-    problems = _round_leniency(problems, ruleset)
+    problems = _round_leniency(_with_sources(problems, ruleset), ruleset)
     passed = bool(valid) or (crashed is None and not any(p.severity == ERROR for p in problems))
     return ComplianceOutcome(passed, crashed is not None, problems, bool(valid))
 
@@ -387,6 +434,27 @@ class RcpOutcome:
     passed: bool | None
     message: str
     norm_factor: float = 1.0
+    numbers: str = ""
+
+
+def _rcp_numbers(records: Sequence[logging.LogRecord]) -> str:
+    """The numbers behind an RCP verdict, from the checker's own log records: the
+    submission's mean samples to converge (fastest and slowest run dropped), the RCP's mean
+    and the bound below which it fails (RCP mean / max speedup); "" if not logged."""
+    rcp, mean = None, None
+    for record in records:
+        text = str(record.msg)
+        if "RCP Record" in text and isinstance(record.args, dict):
+            rcp = record.args  # logging keeps a lone dict argument as the args
+        elif "Submission mean epochs" in text and record.args:
+            mean = record.args[0] if isinstance(record.args, tuple) else None
+    try:
+        rcp_mean, speedup = float(rcp["RCP Mean"]), float(rcp["Max Speedup"])
+        return (f"samples to converge {float(mean):,.0f} (mean without the fastest and slowest "
+                f"run), RCP mean {rcp_mean:,.0f} at batch {rcp.get('BS', '?')}, bound "
+                f"{rcp_mean / speedup:,.0f} (RCP mean / max speedup {speedup:.4f})")
+    except (TypeError, KeyError, ValueError, ZeroDivisionError):
+        return ""
 
 
 def rcp_batch_sizes(ruleset: str = DEFAULT_RULESET) -> list[int]:
@@ -500,7 +568,8 @@ def run_rcp(folder: str, batch_size: int | None, logs: Sequence[ParsedLog],
     try:
         from mlperf_logging.rcp_checker import rcp_checker
         _guard_engine()
-        with tempfile.TemporaryDirectory(prefix="bert-rcp-") as tmp, _captured(None):
+        with tempfile.TemporaryDirectory(prefix="bert-rcp-") as tmp, \
+                _captured(logging.INFO) as log:
             for parsed in logs:
                 _write_reduced(parsed, Path(tmp) / Path(parsed.path).name)
             passed, message, norm = rcp_checker.check_directory(
@@ -510,7 +579,7 @@ def run_rcp(folder: str, batch_size: int | None, logs: Sequence[ParsedLog],
         return RcpOutcome(True, False, f"the RCP checker stopped with {_describe(exc)}")
     source = "train_samples" if train_samples else "the evals' epoch_num"
     return RcpOutcome(True, bool(passed), f"{message}; samples to converge from {source}",
-                      float(norm))
+                      float(norm), _rcp_numbers(log.records))
 
 
 # --------------------------------------------------------------------------------------------
@@ -530,21 +599,59 @@ SYSTEM_FIELDS = (
     "framework", "other_software_stack", "operating_system", "sw_notes")
 
 
+def _round_status(path: Path, ruleset: str) -> tuple[str, str] | None:
+    """(status, the installed checker's name for it) when systems/<system>.json at `path`
+    has a status the round's checker accepted but the installed one refuses
+    (`Ruleset.status_aliases`); None otherwise or if the file is not a JSON object."""
+    aliases = dict(ruleset_facts(ruleset).status_aliases)
+    if not aliases:
+        return None
+    try:
+        contents = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    status = contents.get("status") if isinstance(contents, dict) else None
+    canonical = aliases.get(status.lower()) if isinstance(status, str) else None
+    return (status, canonical) if canonical and canonical != status else None
+
+
+def _with_round_status(source: Path, dest: Path, ruleset: str) -> Problem | None:
+    """Write `source` to `dest` with a status the round accepted in the installed checker's
+    words (`_round_status`); returns the warning that says so, None when nothing changed."""
+    found = _round_status(source, ruleset)
+    if found is None:
+        return None
+    contents = json.loads(source.read_bytes())
+    contents["status"] = found[1]
+    dest.write_text(json.dumps(contents))
+    return Problem(str(source), 0, "official/system-desc", (
+        f"status {found[0]!r}: the {ruleset} round's system-description checker accepted it "
+        f"(as {found[1]!r}); mlperf_logging 4.1 and later take only the canonical names"),
+        WARNING)
+
+
 def system_description_problems(json_path: str, ruleset: str = DEFAULT_RULESET) -> list[Problem]:
     """The system-description checker's complaints about one systems/<system>.json.
 
-    The file must already be known to hold a JSON object.
+    The file must already be known to hold a JSON object. A status the round's checker
+    accepted is checked under the installed checker's name for it, with a warning.
     """
+    notes: list[Problem] = []
     try:
         from mlperf_logging.system_desc_checker import system_desc_checker
-        with _captured(logging.ERROR) as log:
-            valid, *_ = system_desc_checker.check_system_desc(json_path, USAGE, ruleset)
+        with tempfile.TemporaryDirectory(prefix="bert-system-") as tmp, \
+                _captured(logging.ERROR) as log:
+            checked = Path(tmp) / Path(json_path).name
+            note = _with_round_status(Path(json_path), checked, ruleset)
+            notes = [note] if note else []
+            valid, *_ = system_desc_checker.check_system_desc(
+                str(checked) if note else json_path, USAGE, ruleset)
     except Exception as exc:  # noqa: BLE001
         return [Problem(json_path, 0, "official/system-desc",
                         f"the system description checker stopped with {_describe(exc)}")]
     if valid:
-        return []
-    problems = []
+        return notes
+    problems = notes
     for record in log.records:
         if record.levelno >= logging.ERROR and isinstance(record.args, tuple) \
                 and len(record.args) == 2 and isinstance(record.args[1], list):
@@ -596,7 +703,9 @@ def run_package_checker(org_dir: str, logs: Sequence[tuple[ParsedLog, bool]] = (
             return PackageOutcome(False, [Problem(
                 shown, 0, "package/checker",
                 f"cannot import mlperf_logging's package checker: {_one_line(exc)}")])
-        notes = []
+        notes = [note for system in sorted((tree / "systems").glob("*.json"))
+                 if (note := _with_round_status(system, system, ruleset))]
+        notes = [dataclasses.replace(n, path=n.path.replace(str(tree), shown)) for n in notes]
         if ruleset_facts(ruleset).seedless_folders_pass:
             notes = [Problem(folder, 0, "package/checker", (
                 f"no run logs a seed: the {ruleset} round's seed checker passed such a folder "

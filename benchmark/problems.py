@@ -10,6 +10,21 @@ from dataclasses import asdict, dataclass
 ERROR = "error"
 WARNING = "warning"
 
+# The source of an error whose check gives none, by the family of its rule (the part of the
+# rule's name before "/"): what the official tools and rules read, and where that is said.
+FAMILY_SOURCES = {
+    "official": "mlperf_logging compliance checker, the round's training_<ruleset>/*.yaml",
+    "package": "mlperf_logging package checker (submission layout, seeds, RCPs, system "
+               "descriptions)",
+    "log": "mllog format (mlcommons/logging): each record a JSON object after ':::MLLOG ' "
+           "with key, value, time_ms, event_type and metadata",
+    "submission": "MLPerf submission layout read by the package checker: "
+                  "<org>/results/<system>/bert/result_*.txt and <org>/systems/<system>.json",
+    "rcp": "training_rules.adoc, Reference Convergence Points",
+    "input": "the checker's command line: a log, a folder of result_*.txt or a submission tree",
+    "internal": "a fault of this checker (please report it): the input was not judged",
+}
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -20,8 +35,8 @@ class Problem:
     rule: the rule's name, e.g. "bert/eval-cadence" or "official/run_stop".
     message: what is wrong, one line.
     severity: "error" (makes the check fail) or "warning" (reported only).
-    source: the rule text or official YAML an error enforces ("" where the rule's name says
-        it: official/..., log/..., submission/...).
+    source: the rule text or official YAML an error enforces; when a check gives none, the
+        source of its rule's family (`FAMILY_SOURCES`).
     """
     path: str
     line: int
@@ -29,6 +44,11 @@ class Problem:
     message: str
     severity: str = ERROR
     source: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.source and self.severity == ERROR:
+            family = self.rule.split("/", 1)[0]
+            object.__setattr__(self, "source", FAMILY_SOURCES.get(family, ""))
 
     def format(self) -> str:
         """`path:line: rule: message`, with `warning: ` before the message for warnings and

@@ -70,6 +70,9 @@ class Rule:
 
     `open_severity` replaces `severity` for open-division logs, where the rules allow a
     different eval schedule and eval set (None: the same severity).
+    `beyond_official`: the rule enforces a training-rule sentence that the official
+    compliance checker does not test, so an accepted result may break it
+    (`benchmark.agreement` lists those instead of counting them as disagreements).
     """
     name: str
     severity: str
@@ -78,6 +81,7 @@ class Rule:
     source: str = ""
     divisions: tuple[str, ...] = k.DIVISIONS
     open_severity: str | None = None
+    beyond_official: bool = False
 
     def severity_for(self, division: str | None) -> str:
         """The severity of this rule's findings in a log of `division`."""
@@ -530,18 +534,18 @@ RULES: tuple[Rule, ...] = (
     Rule("bert/timestamps", WARNING, "time_ms does not decrease from one record to the next.",
          check_timestamps),
     Rule("bert/run-time", ERROR, "run_stop is not earlier than run_start.", check_run_time,
-         SRC_CONTIGUOUS),
+         SRC_CONTIGUOUS, beyond_official=True),
     Rule("bert/run-interval", ERROR,
          "Blocks and epochs lie between run_start and run_stop (evals outside: warnings).",
-         check_run_interval, f"{SRC_CLOCK_START}; {SRC_CONTIGUOUS}"),
+         check_run_interval, f"{SRC_CLOCK_START}; {SRC_CONTIGUOUS}", beyond_official=True),
     Rule("bert/hyperparameters", ERROR,
          "The closed division's hyperparameters are logged (values: warnings).",
          check_hyperparameters, SRC_HYPERPARAMETERS),
     Rule("bert/eval-samples", ERROR, f"eval_samples is at least {constants.EVAL_SAMPLES:,}.",
-         check_eval_samples, SRC_THOROUGH, open_severity=WARNING),
+         check_eval_samples, SRC_THOROUGH, open_severity=WARNING, beyond_official=True),
     Rule("bert/train-samples", ERROR,
          "train_samples is a sample count, not fewer than the samples to converge.",
-         check_train_samples, SRC_TRAIN_SAMPLES),
+         check_train_samples, SRC_TRAIN_SAMPLES, beyond_official=True),
     Rule("bert/eval-epoch-num", ERROR,
          "epoch_num of eval events is the samples trained, a non-negative integer.",
          check_eval_epoch_num, SRC_EVAL_SAMPLE),
@@ -552,7 +556,7 @@ RULES: tuple[Rule, ...] = (
          check_eval_sequence),
     Rule("bert/eval-cadence", ERROR,
          "Evals come at the due points of eval_frequency(global_batch_size).",
-         check_eval_cadence, SRC_QUALITY, open_severity=WARNING),
+         check_eval_cadence, SRC_QUALITY, open_severity=WARNING, beyond_official=True),
     Rule("bert/blocks", WARNING,
          "Blocks start where the previous ended; the eval after a block is at its end.",
          check_blocks),
@@ -567,11 +571,14 @@ RULES: tuple[Rule, ...] = (
          check_run_stop_status, SRC_SUCCESS),
     Rule("bert/single-run", ERROR,
          "The log holds one uninterrupted run (no resume from a checkpoint).",
-         check_single_run, SRC_NOT_PAUSED),
+         check_single_run, SRC_NOT_PAUSED, beyond_official=True),
     Rule("bert/seed", WARNING, "A seed is logged.", check_seed, divisions=("closed",)),
     Rule("log/event-type", WARNING, "Interval keys carry mllog's event_type.",
          check_event_types),
 )
+
+
+BEYOND_OFFICIAL = frozenset(rule.name for rule in RULES if rule.beyond_official)
 
 
 def run_rules(view: LogView, rules: Iterable[Rule] = RULES) -> list[Problem]:

@@ -1,4 +1,4 @@
-"""What differs between the MLPerf Training rulesets that have BERT (1.0.0 to 5.1.0).
+"""What differs between the MLPerf Training rulesets that have BERT (1.0.0 to 5.0.0).
 
 The BERT numbers are the same in every round (target 0.720, 10,000 eval samples, the eval
 interval formula, 10 runs scored olympically; `benchmark.constants`). What changes is the
@@ -30,6 +30,12 @@ class Ruleset:
     lenient_official: (marker, reason) pairs: an official finding whose rule or message
         contains the marker was only a warning in the checker MLCommons ran that round; it
         is downgraded, with the reason shown to the user.
+    checker_tag: the git tag (or commit) of mlcommons/logging whose checker MLCommons ran
+        that round: the round's last release tag, unless it cannot check BERT logs
+        (`benchmark.round_checker` runs it).
+    status_aliases: (value, canonical) pairs: a systems/*.json status the round's
+        system-description checker accepted (compared in lower case) that the installed one
+        refuses, and the value the installed one takes for it.
     """
     version: str
     epsilon_key: str
@@ -37,6 +43,8 @@ class Ruleset:
     seedless_folders_pass: bool = False
     score_decimals: int = 3
     lenient_official: tuple[tuple[str, str], ...] = ()
+    checker_tag: str = ""
+    status_aliases: tuple[tuple[str, str], ...] = ()
 
 
 # The 1.1.0 closed_bert.yaml requires a weights_initialization record per tensor; the checker
@@ -47,25 +55,56 @@ _V11_REASON = ("the v1.1 round's checker reported this as a warning that can be 
 _V11_WEIGHTS = (("official/weights_initialization", _V11_REASON),
                 ("initialized_tensors", _V11_REASON))
 
+# The 2.1.0 closed_bert.yaml of the v2.1 round's checker (tag 2.1.0) required opt_epsilon;
+# mlperf_logging 3.0 and later require opt_lamb_epsilon of 2.1.0 logs instead.
+_V21_REASON = ("the v2.1 round's checker required opt_epsilon instead; mlperf_logging 3.0 and "
+               "later ask opt_lamb_epsilon of 2.1.0 logs")
+_V21_EPSILON = (("official/opt_lamb_epsilon", _V21_REASON),)
+
+# The v4.0 round's system-description checker took these statuses, in any case; mlperf_logging
+# 4.1 and later take only the four canonical ones for rulesets from 4.0.0 on.
+_RDI = "Research, Development, or Internal (RDI)"
+_V40_STATUS = tuple((alias, canonical) for canonical, aliases in (
+    ("Available on-premise", ("available on-premise", "onprem", "available", "available onprem")),
+    ("Available cloud", ("available cloud", "cloud")),
+    (_RDI, (_RDI.lower(), "rdi", "research", "development", "internal")),
+    ("Preview", ("preview",))) for alias in aliases)
+
 RULESETS: dict[str, Ruleset] = {r.version: r for r in (
-    Ruleset("1.0.0", "opt_epsilon", False, True, score_decimals=2),
-    Ruleset("1.1.0", "opt_epsilon", False, True, lenient_official=_V11_WEIGHTS),
-    Ruleset("2.0.0", "opt_epsilon", False, True),
-    Ruleset("2.1.0", "opt_lamb_epsilon", True),
-    Ruleset("3.0.0", "opt_lamb_epsilon", True),
-    Ruleset("3.1.0", "opt_lamb_epsilon", True),
-    Ruleset("4.0.0", "opt_lamb_epsilon", True),
-    Ruleset("4.1.0", "opt_lamb_epsilon", True),
-    Ruleset("5.0.0", "opt_lamb_epsilon", True),
-    Ruleset("5.1.0", "opt_lamb_epsilon", True),
+    Ruleset("1.0.0", "opt_epsilon", False, True, score_decimals=2, checker_tag="1.0.0"),
+    Ruleset("1.1.0", "opt_epsilon", False, True, lenient_official=_V11_WEIGHTS,
+            checker_tag="1.1.0-rc4"),
+    Ruleset("2.0.0", "opt_epsilon", False, True, checker_tag="2.0.0"),
+    Ruleset("2.1.0", "opt_epsilon", True, lenient_official=_V21_EPSILON, checker_tag="2.1.0"),
+    Ruleset("3.0.0", "opt_lamb_epsilon", True, checker_tag="3.0.0-rc2"),
+    # The 3.1.0-rc3 tag fails every log (its parser reads "AT_LEAST_ONE" as AT_LEAST(n));
+    # the fix landed two hours later, and the round ran master of 2023-10-05.
+    Ruleset("3.1.0", "opt_lamb_epsilon", True,
+            checker_tag="9b25d4a86ac7507c56d86075a04bd2c1b99fb2b9"),
+    Ruleset("4.0.0", "opt_lamb_epsilon", True, checker_tag="4.0.0-rc3-rcp-prunning",
+            status_aliases=_V40_STATUS),
+    Ruleset("4.1.0", "opt_lamb_epsilon", True, checker_tag="4.1.0-rc4"),
+    Ruleset("5.0.0", "opt_lamb_epsilon", True, checker_tag="5.0.0-rc3"),
 )}
+# training_rules.adoc, Deprecated benchmarks: BERT's "Latest version available" is v5.0.
+LAST_BERT_ROUND = "5.0.0"
 DEFAULT_RULESET = "1.0.0"
 
 
+def _version_key(version: str) -> tuple[int, ...] | None:
+    parts = version.split(".")
+    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else None
+
+
 def ruleset(version: str) -> Ruleset:
-    """The facts of `version`; a KeyError names the rulesets with BERT."""
-    try:
+    """The facts of `version`; a KeyError (one line) names the rulesets with BERT, or says
+    that BERT had left the suite by `version`."""
+    if version in RULESETS:
         return RULESETS[version]
-    except KeyError:
-        raise KeyError(f"no BERT ruleset {version!r}; choose from "
-                       f"{', '.join(RULESETS)}") from None
+    key, last = _version_key(version), _version_key(LAST_BERT_ROUND)
+    if key is not None and last is not None and key > last:
+        raise KeyError(f"ruleset {version} has no BERT: BERT left MLPerf Training after round "
+                       f"{LAST_BERT_ROUND[:3]} (training_rules.adoc lists its latest version as "
+                       f"v{LAST_BERT_ROUND[:3]}); check BERT logs with --ruleset "
+                       f"{LAST_BERT_ROUND} or earlier")
+    raise KeyError(f"no BERT ruleset {version!r}; choose from {', '.join(RULESETS)}")

@@ -260,7 +260,8 @@ def check_result_folder(folder: str, ruleset: str = DEFAULT_RULESET, official: b
             bypassed = _rcp_bypassed(folder)
             result.problems.append(Problem(
                 folder, 0, "rcp/convergence",
-                f"RCP check failed: {result.rcp.message}" + (
+                f"RCP check failed: {result.rcp.message}"
+                + (f" ({result.rcp.numbers})" if result.rcp.numbers else "") + (
                     f"; bypassed by {PARAMS_FILE} (the result must be defended in the review "
                     "audit)" if bypassed else "; a submitter may bypass it (rcp-bypass in "
                     f"{PARAMS_FILE}) and defend the result in the review audit"),

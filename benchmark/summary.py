@@ -186,10 +186,13 @@ def plot_runs(reports: Sequence[LogReport], out_path: str) -> None:
                 xs, ys = zip(*points)
                 ax.plot([x / 1e6 for x in xs], ys, marker="o", markersize=3, linewidth=1.2,
                         label=report.path.rsplit("/", 1)[-1])
-        ax.axhline(constants.TARGET_MLM_ACCURACY, color="black", linestyle="--", linewidth=1,
-                   label=f"target {constants.TARGET_MLM_ACCURACY:.3f}")
-        ax.set_xlabel("samples trained (millions)")
-        ax.set_ylabel("masked-LM eval accuracy")
+        targets = sorted({(r.view.target, r.view.division) for r in reports
+                          if r.view is not None and r.view.target is not None})
+        for target, division in targets:
+            ax.axhline(target, color="black", linestyle="--" if division == "closed" else ":",
+                       linewidth=1, label=f"{division} target {target:.3f}")
+        ax.set_xlabel("samples trained (millions of sequences)")
+        ax.set_ylabel("masked-LM eval accuracy (fraction of masked tokens)")
         ax.set_title("BERT eval accuracy per run")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small", ncol=2)

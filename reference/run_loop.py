@@ -280,6 +280,7 @@ def train(options: RunOptions, strategy=None) -> RunResult:
         for reason in options.noncompliant:
             logging.warning("non-compliant: %s", reason)
             log.event(log_keys.NONCOMPLIANT, reason)
+        log.event(log_keys.TARGET_ACCURACY, options.target_mlm_accuracy)
         log.seed(options.seed)
         trainer = run.build_trainer()
         manager = trainer.checkpoint_manager(

@@ -28,7 +28,8 @@ def test_valid_log_passes_with_a_table(capsys):
     status, out, _ = run_main(capsys, VALID)
     assert status == 0
     assert "closed_bs256.txt" in out and "2,700,000" in out and out.rstrip().endswith(
-        "PASSED: 0 error(s), 0 warning(s)")
+        "PASSED: 0 error(s), 0 warning(s) (ruleset 1.0.0, assumed: no --ruleset given; give "
+        "--ruleset for another round)")
 
 
 def test_broken_log_fails_with_file_line_rule_message_and_source(capsys):
@@ -75,7 +76,10 @@ def test_result_folder_and_submission_get_score_rcp_and_package_verdict(tmp_path
 
 @pytest.mark.parametrize("args, fragment", [
     ([], "give a log"),
-    (["--ruleset", "0.0.1", VALID], "unknown ruleset"),
+    (["--ruleset", "0.0.1", VALID], "no BERT ruleset '0.0.1'; choose from 1.0.0, 1.1.0"),
+    (["--ruleset", "5.1.0", VALID], "ruleset 5.1.0 has no BERT: BERT left MLPerf Training "
+                                    "after round 5.0"),
+    (["--ruleset", "6.0.0", VALID], "ruleset 6.0.0 has no BERT"),
     (["--format", "yaml", VALID], "invalid choice"),
     (["--plot", "/no/such/dir/x.png", VALID], "no folder"),
     (["--plot", "/tmp", VALID], "is a folder; give a file name such as /tmp/accuracy.png"),
