@@ -18,6 +18,7 @@ log disagrees, 0 otherwise.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from collections import defaultdict
@@ -45,6 +46,8 @@ class RoundAgreement:
     """The counts of one round (see `agree`).
 
     official_pass: logs the round's checker passed (`round_checker` says which checker).
+    scores: {folder: olympic score in minutes}; published: {folder: the score as the round's
+        results table gives it (from v2.1 RCP-normalized), at full precision}.
     breaches: {rule: {folder: logs}} of logs the round's checker passed that break a rule
         sentence only our checker tests.
     """
@@ -62,6 +65,7 @@ class RoundAgreement:
     scored_folders: int = 0
     seconds: float = 0.0
     scores: dict[str, float | None] = field(default_factory=dict)
+    published: dict[str, float | None] = field(default_factory=dict)
 
     def row(self) -> list[str]:
         """The round as a row of `COLUMNS`."""
@@ -126,6 +130,9 @@ def _tally(result: RoundAgreement, folder: ResultFolder,
             result.false_passes.append(log.path)
     score = summary.table_score(summary.runs_table(folder.logs, folder.scored)).minutes
     result.scores[folder.folder] = score
+    norm = folder.rcp.norm_factor if folder.rcp is not None and folder.rcp.ran else 1.0
+    normalized = RULESETS[result.ruleset].rcp_normalized_score and math.isfinite(norm)
+    result.published[folder.folder] = score * norm if score is not None and normalized else score
     result.scored_folders += score is not None
 
 
