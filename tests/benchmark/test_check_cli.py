@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -111,3 +112,14 @@ def test_module_entry_point(tmp_path):
                             capture_output=True, text=True, cwd=tmp_path,
                             env={**os.environ, "PYTHONPATH": str(gallery.LOGS.parents[2])})
     assert result.returncode == 0 and "PASSED" in result.stdout and result.stderr == ""
+
+
+def test_make_check_with_json_format_prints_only_json(tmp_path):
+    """make echoes no command line, so `make check CHECK_ARGS="--format json"` is one document."""
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run(["make", "-C", str(root), "--no-print-directory", "check",
+                             f"PY={sys.executable}", f"LOG={VALID}",
+                             "CHECK_ARGS=--format json --ruleset 1.0.0"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["verdict"] == "pass"

@@ -57,6 +57,24 @@ def test_plot_is_written(tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_plot_draws_each_runs_own_target(tmp_path, monkeypatch):
+    """Closed runs: 0.720; an open run: the target_accuracy its log names (the demo's 0.10)."""
+    import matplotlib.axes
+    drawn = []
+    real = matplotlib.axes.Axes.axhline
+    monkeypatch.setattr(matplotlib.axes.Axes, "axhline",
+                        lambda ax, y, **kw: drawn.append((y, kw.get("label"))) or real(ax, y, **kw))
+    text = (gallery.LOGS / gallery.OPEN).read_text()
+    lines = text.splitlines()
+    at = gallery.find(lines, "seed")
+    lines.insert(at, gallery.render({"namespace": "", "time_ms": 1, "event_type": "POINT_IN_TIME",
+                                     "key": "target_accuracy", "value": 0.10, "metadata": {}}))
+    open_log = tmp_path / "open.txt"
+    open_log.write_text("\n".join(lines) + "\n")
+    summary.plot_runs(reports() + [check_log(str(open_log))], str(tmp_path / "a.png"))
+    assert sorted(drawn) == [(0.1, "open target 0.100"), (0.72, "closed target 0.720")]
+
+
 def test_plot_without_matplotlib_is_one_clear_line(monkeypatch, tmp_path):
     monkeypatch.setattr(summary, "plot_available", lambda: "--plot needs matplotlib, which "
                                                            "is not installed in this environment")

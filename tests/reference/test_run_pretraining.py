@@ -24,12 +24,14 @@ MODULE = "reference.run_pretraining"
 
 
 def run_trainer(*args: str, env: dict | None = None, check: bool = True,
-                cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """Run the trainer CLI; fails the test (with its stderr tail) if check and it fails."""
+                cwd: Path | None = None, timeout: float | None = None
+                ) -> subprocess.CompletedProcess:
+    """Run the trainer CLI; fails the test (with its stderr tail) if check and it fails, or if
+    it runs longer than `timeout` seconds."""
     full_env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2",
                     **(env or {}))
     result = subprocess.run([sys.executable, "-m", MODULE, *args], env=full_env, cwd=cwd,
-                            capture_output=True, text=True)
+                            capture_output=True, text=True, timeout=timeout)
     if check and result.returncode != 0:
         raise AssertionError(f"{MODULE} failed ({result.returncode}):\n"
                              f"{result.stderr[-3000:]}")
@@ -221,6 +223,7 @@ def test_stop_steps_then_resume_continues_the_run(small_data, tmp_path):
     assert values(records, "opt_learning_rate_training_steps") == [40]
     assert values(records, "submission_division") == ["open"]  # non-compliant cadence
     assert len(values(records, "noncompliant")) == 3  # cadence, 200-record eval, target
+    assert values(records, "target_accuracy") == [0.999]  # the open run's own target
     assert [m["epoch_num"] for m in metadata(records, "eval_accuracy")] == [640, 1280]
     assert [m["status"] for m in metadata(records, "run_stop")] == ["aborted"]
 
