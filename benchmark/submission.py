@@ -28,12 +28,17 @@ RUNS_PER_RESULT = 10  # BERT runs per result (training rules, Benchmark Results)
 RESULT_NAME = re.compile(r"result_.*\.txt")
 TOOL_FILES = {PARAMS_FILE, "scaling.json"}  # files the official tools read/write
 RCP_BYPASS = {"rcp-bypass", "rcp_bypass"}  # a line of package_checker_params
-SRC_RCP_MATCH = ("training_rules.adoc, Reference Convergence Points: a submission is matched "
-                 "to an RCP by its batch size")
-SRC_RCP = ("training_rules.adoc, Reference Convergence Points: a submission converging "
-           "significantly faster than the reference may be rejected")
-SRC_OLYMPIC = ("training_rules.adoc, Benchmark Results: one non-converging run may be dropped "
-               "as the slowest; more make the result invalid")
+SRC_RCP_MATCH = ("training_rules.adoc, Reference Convergence Points: \"At submission time, the "
+                 "submission is matched to an RCP based on the submission batch size.\"")
+SRC_RCP = ("training_rules.adoc, Reference Convergence Points: \"If this does not violate the "
+           "maximum acceptable speedup condition when compared to the reference then the "
+           "submission is accepted, otherwise it may be rejected.\"")
+SRC_OLYMPIC = ("training_rules.adoc, Benchmark Results: \"a single non-converging run may be "
+               "treated as the slowest run and dropped. A benchmark result is invalid if there "
+               "is more than one non-converging run.\"")
+SRC_RUN_COUNT = ("training_rules.adoc, Deprecated benchmarks results: NLP \"Minimum Number of "
+                 "Runs\" 10; the package checker: \"The number of result files must be an "
+                 "exact number.\"")
 OLYMPIC_NOTE = ("accepted under olympic scoring: one run of ten may fail; this run is scored "
                 "as not converged")
 
@@ -139,8 +144,7 @@ def _result_files(folder: str) -> tuple[list[str], list[Problem]]:
     if len(runs) != RUNS_PER_RESULT:
         problems.append(Problem(folder, 0, "submission/result-files",
                                 f"{len(runs)} result_*.txt file(s); a BERT result is exactly "
-                                f"{RUNS_PER_RESULT} runs", source="training_rules.adoc, "
-                                "Benchmark Results: BERT (NLP) takes 10 runs"))
+                                f"{RUNS_PER_RESULT} runs", source=SRC_RUN_COUNT))
     return runs, problems
 
 
