@@ -108,7 +108,8 @@ DRIVE_IDS = {
 
 def artifact_groups(known: Mapping[str, checksums.Artifact] | None = None
                     ) -> dict[str, list[str]]:
-    """Short names for sets of artifacts (`--artifacts=vocab,tf1_ckpt`); `all` is the default.
+    """Short names for sets of artifacts (`--artifacts=vocab,tf1_ckpt`); `config,vocab` is the
+    default, `all` every input.
 
     `results` lists the results/ files that `checksums/` knows; from the R2 bucket it means
     every file of the official results/ folder (500 parts, eval.txt, eval.md5).
@@ -1209,14 +1210,55 @@ def _parse_urls(pairs: list[str], known: Mapping[str, checksums.Artifact] | None
     return urls
 
 
+DEFAULT_ARTIFACTS = "config,vocab"
+
+
+def _size(size: int | None) -> str:
+    """A byte count for people: 231.5 kB, 1.3 GB; "size unknown" for None."""
+    if size is None:
+        return "size unknown"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:,.1f} {unit}"
+    return f"{size} B"
+
+
+def _group_sizes(known: Mapping[str, checksums.Artifact] | None = None) -> str:
+    """Each artifact group with its download size: "config (<1 kB), vocab (231.5 kB), ..."."""
+    known = checksums.known_artifacts() if known is None else known
+    parts = []
+    for group, paths in artifact_groups(known).items():
+        if group == "results":
+            parts.append("results (the official results/ folder: 500 parts and the eval set, "
+                         "size not published)")
+            continue
+        sizes = [known[p].size for p in paths if p in known and not p.startswith("results/")]
+        total = sum(s for s in sizes if s) if sizes and None not in sizes else None
+        parts.append(f"{group} ({_size(total)})")
+    return ", ".join(parts)
+
+
+def _plan(paths: list[str], results: bool, known: Mapping[str, checksums.Artifact]) -> str:
+    """The line printed before a download starts: how many files and how many bytes."""
+    listed = [p for p in paths if not (results and p.startswith("results/"))]
+    sizes = [known[p].size for p in listed if p in known]
+    total = sum(s for s in sizes if s)
+    unknown = sum(1 for s in sizes if s is None)
+    more = (f" (+ {unknown} of unpublished size)" if unknown else "") + (
+        " and the results/ folder (size not published)" if results else "")
+    return f"downloading {len(listed)} file(s), {_size(total)}{more}"
+
+
 def main(argv: list[str] | None = None) -> None:
     """CLI: download, verify and place the selected official artifacts."""
     parser = argparse.ArgumentParser(
+        prog="python -m cleanup_scripts.download",
         description="Download the MLPerf BERT inputs and verify their official md5s.")
     parser.add_argument("--output_dir", required=True, help="Where the files are placed.")
-    parser.add_argument("--artifacts", default="all",
-                        help="Comma-separated paths or groups: " + ", ".join(artifact_groups())
-                        + " (default: all = config, vocab, both checkpoints and the dump).")
+    parser.add_argument("--artifacts", default=DEFAULT_ARTIFACTS,
+                        help="Comma-separated paths or groups: " + _group_sizes()
+                        + f" (default: {DEFAULT_ARTIFACTS}, as make download; all = config, "
+                        "vocab, both checkpoints and the dump).")
     parser.add_argument("--source", choices=("r2", "drive", "url"), default="r2",
                         help="Where artifacts without --url/--base_url come from: the MLCommons "
                         "R2 bucket (default), the reference's Google Drive ids, or nowhere "
@@ -1272,6 +1314,7 @@ def main(argv: list[str] | None = None) -> None:
             for name in (["*"] if request.results is None else request.results):
                 print(f"results/{name}\t{origin[R2_PROCESSED]}")
         return
+    print(_plan(paths, request.any_results, known), flush=True)
     output_dir = ensure_dir(args.output_dir)
     placed: list[Path] = []
     for path, url in sources.items():
