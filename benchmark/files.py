@@ -3,6 +3,10 @@ one-line errors they raise.
 
 `atomic_output` writes beside the final name and renames only on success; `ensure_dir` makes an
 output folder or says in one line why it cannot; `md5_file` hashes a file in 1 MiB chunks.
+For input made by others: `open_regular`/`read_regular` read only regular files up to a size
+limit (never a FIFO or a device), `link_outside` tells a link leaving a tree, `walk_files`
+walks to a bounded depth without recursion, `scratch_dir` makes a temporary folder that a later
+run removes if its process died.
 `InputError` (a `UserError`) names the file or folder at fault; `DiskFullError` says the disk
 filled up while writing it.
 """
@@ -12,6 +16,9 @@ import contextlib
 import errno
 import hashlib
 import os
+import shutil
+import stat
+import tempfile
 from pathlib import Path
 from typing import IO, Iterator
 
@@ -123,3 +130,150 @@ def verify_file(path: str | os.PathLike, expected_md5: str) -> bool:
         return md5_file(path) == expected_md5.lower()
     except OSError:
         return False
+
+
+# --------------------------------------------------------------------------------------------
+# Reading files someone else made (the checker's input): regular files only, bounded sizes,
+# bounded depth, never a link out of the tree.
+
+class RefusedFile(InputError):
+    """A file that is not read: not a regular file, over a size limit, a link leaving its tree.
+    `reason` is the one-line why, without the path (the message names it)."""
+
+    def __init__(self, path: str | os.PathLike, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = str(path)
+        self.reason = reason
+
+
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def file_kind(mode: int) -> str:
+    """What a stat mode is, in words ("a regular file", "a FIFO (named pipe)", ...)."""
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    return next((name for test, name in _KINDS if test(mode)), "a special file")
+
+
+def size_words(count: int) -> str:
+    """A byte count for a message: "3,000,000,000 bytes (2.8 GiB)"."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if count >= 1 << shift:
+            return f"{count:,} bytes ({count / (1 << shift):.1f} {unit})"
+    return f"{count:,} bytes"
+
+
+def open_regular(path: str | os.PathLike, limit: int) -> IO[bytes]:
+    """Open `path` for reading in binary if it is a regular file of at most `limit` bytes.
+
+    Checked with os.stat before opening (a FIFO, a device or a socket is never opened), then
+    opened with O_NONBLOCK and checked again on the open descriptor (a file swapped in between
+    is refused too). Raises RefusedFile (one line) or OSError (missing, no permission).
+    """
+    def check(info: os.stat_result) -> None:
+        if not stat.S_ISREG(info.st_mode):
+            raise RefusedFile(path, f"is {file_kind(info.st_mode)}, not a regular file; "
+                                    "not read")
+        if info.st_size > limit:
+            raise RefusedFile(path, f"is {size_words(info.st_size)}, over the limit of "
+                                    f"{size_words(limit)}; not read")
+    check(os.stat(path))
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
+                 | getattr(os, "O_CLOEXEC", 0))
+    try:
+        check(os.fstat(fd))
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(path: str | os.PathLike, limit: int) -> bytes:
+    """The bytes of regular file `path` if it holds at most `limit` (see `open_regular`; a
+    file that grows past the limit while read is refused as well)."""
+    with open_regular(path, limit) as stream:
+        data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise RefusedFile(path, f"is over the limit of {size_words(limit)}; not read")
+    return data
+
+
+def link_outside(path: str | os.PathLike, root: str | os.PathLike) -> str | None:
+    """Where `path` leads if it is (or passes through) a symbolic link resolving outside
+    `root`; None when it stays inside (or is no link)."""
+    real = os.path.realpath(path)
+    base = os.path.realpath(root)
+    if real == base or real.startswith(base.rstrip(os.sep) + os.sep):
+        return None
+    return real
+
+
+def walk_files(root: str | os.PathLike, max_depth: int) -> Iterator[tuple[Path, int]]:
+    """(file path, depth) for every non-directory entry under `root` at most `max_depth`
+    folders down, without recursion and without entering linked folders; folders deeper
+    than `max_depth` are not entered."""
+    pending = [(Path(root), 0)]
+    while pending:
+        folder, depth = pending.pop()
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                continue
+            if is_dir:
+                if depth < max_depth:
+                    pending.append((Path(entry.path), depth + 1))
+            else:
+                yield Path(entry.path), depth
+
+
+def scratch_dir(prefix: str) -> "tempfile.TemporaryDirectory[str]":
+    """A temporary folder `<tmp>/<prefix>-<pid>-<random>` that is removed when done; a folder
+    of the same prefix left behind by a process that is gone (kill -9) is removed first."""
+    remove_stale_scratch(prefix)
+    return tempfile.TemporaryDirectory(prefix=f"{prefix}-{os.getpid()}-")
+
+
+def remove_stale_scratch(prefix: str, base: str | None = None) -> list[str]:
+    """Remove `<base>/<prefix>-<pid>-*` folders of ours whose process no longer runs; returns
+    them."""
+    base = base or tempfile.gettempdir()
+    removed = []
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not entry.name.startswith(f"{prefix}-"):
+            continue
+        pid = entry.name[len(prefix) + 1:].split("-", 1)[0]
+        try:
+            if not pid.isdigit() or not entry.is_dir(follow_symlinks=False) \
+                    or entry.stat(follow_symlinks=False).st_uid != os.getuid() \
+                    or _alive(int(pid)):
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(entry.path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` exists (EPERM: it exists, under another user)."""
+    if pid <= 0:
+        return True  # not a pid of ours: leave it
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True

@@ -7,7 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from benchmark.log_view import LogView, build_view
-from benchmark.mllog_parse import LogReadError, ParsedLog, parse_log
+from benchmark import log_keys as k
+from benchmark.log_view import MAX_RUN_MINUTES, PLAUSIBLE_TIME_MS
+from benchmark.mllog_parse import LogReadError, ParsedLog, ReadBudget, parse_log
 from benchmark.official import ComplianceOutcome, run_compliance
 from benchmark.rulesets import DEFAULT_RULESET
 from benchmark.problems import Problem, count_errors, sort_key
@@ -56,11 +58,34 @@ def _drop_official_duplicates(problems: list[Problem], official: list[Problem]) 
     return kept
 
 
+def _implausible_times(view: LogView) -> list[Problem]:
+    """run_start and run_stop must be milliseconds of a date 1990-2100 and at most
+    MAX_RUN_MINUTES apart: the run time is read from them, and a value such as 1e308 would
+    otherwise be printed as a 300-digit number of minutes."""
+    problems = []
+    low, high = PLAUSIBLE_TIME_MS
+    for record in (view.run_start, view.run_stop):
+        if record is not None and not low <= record.time_ms < high:
+            problems.append(Problem(
+                view.path, record.line, "log/time-ms",
+                f"{record.key} at time_ms {record.time_ms:.6g} is not a time of 1990-2100 in "
+                "milliseconds since the epoch; the run time cannot be read from it"))
+    start, stop = view.run_start, view.run_stop
+    if not problems and start is not None and stop is not None \
+            and stop.time_ms - start.time_ms > MAX_RUN_MINUTES * 60_000:
+        problems.append(Problem(
+            view.path, stop.line, "log/time-ms",
+            f"run_stop is {(stop.time_ms - start.time_ms) / 86_400_000:,.0f} days after "
+            f"run_start (line {start.line}); a run longer than "
+            f"{MAX_RUN_MINUTES // 1440} days is not a time to train BERT"))
+    return problems
+
+
 def check_parsed(parsed: ParsedLog, ruleset: str = DEFAULT_RULESET,
                  official: bool = True) -> LogReport:
     """Apply the BERT rules and (if `official`) the official checker to a parsed log."""
     view = build_view(parsed, ruleset)
-    problems = list(parsed.problems) + run_rules(view)
+    problems = list(parsed.problems) + run_rules(view) + _implausible_times(view)
     outcome = None
     if official:
         outcome = run_compliance(parsed, ruleset)
@@ -69,10 +94,12 @@ def check_parsed(parsed: ParsedLog, ruleset: str = DEFAULT_RULESET,
     return LogReport(parsed.path, view, outcome, unique)
 
 
-def check_log(path: str, ruleset: str = DEFAULT_RULESET, official: bool = True) -> LogReport:
-    """Check the log at `path` (see `check_parsed`); never raises."""
+def check_log(path: str, ruleset: str = DEFAULT_RULESET, official: bool = True,
+              budget: ReadBudget | None = None) -> LogReport:
+    """Check the log at `path` (see `check_parsed`); never raises. budget: what the logs of
+    this check may still hold together (`benchmark.mllog_parse.ReadBudget`)."""
     try:
-        parsed = parse_log(path)
+        parsed = parse_log(path, budget)
     except LogReadError as exc:
         return LogReport(path, problems=[Problem(path, 0, "log/read", f"cannot read: {exc}")])
     try:

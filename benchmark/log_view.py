@@ -17,6 +17,12 @@ from benchmark.mllog_parse import LogRecord, ParsedLog
 from benchmark.rulesets import DEFAULT_RULESET
 
 
+# The times a run_start/run_stop may have (ms since the epoch: 1990-01-01 to 2100-01-01) and the
+# longest run whose minutes are shown and scored (30 days; published BERT runs: hours).
+PLAUSIBLE_TIME_MS = (631_152_000_000, 4_102_444_800_000)
+MAX_RUN_MINUTES = 30 * 24 * 60
+
+
 def as_int(value: Any) -> int | None:
     """`value` as an int if it is a JSON integer or an integral finite float; else None."""
     if isinstance(value, bool):
@@ -132,12 +138,16 @@ class LogView:
 
     @property
     def minutes(self) -> float | None:
-        """Minutes from run_start to run_stop, None if either is missing or not finite."""
+        """Minutes from run_start to run_stop, None if either is missing, not a plausible
+        time (`PLAUSIBLE_TIME_MS`) or more than MAX_RUN_MINUTES apart."""
         start, stop = self.run_start, self.run_stop
         if start is None or stop is None:
             return None
+        low, high = PLAUSIBLE_TIME_MS
+        if not (low <= start.time_ms < high and low <= stop.time_ms < high):
+            return None
         minutes = (stop.time_ms - start.time_ms) / 60_000.0
-        return minutes if math.isfinite(minutes) else None
+        return minutes if abs(minutes) <= MAX_RUN_MINUTES else None
 
     @property
     def converged(self) -> bool:

@@ -4,27 +4,70 @@ Built to survive anything: garbage lines, truncated JSON, NaN, binary data, wron
 are split and prefixes stripped the way `mlperf_logging`'s own parser does (latin-1 text,
 universal newlines, the text from the last `:::MLLOG ` on a line), so a line this parser
 rejects is one the official checker rejects too; `benchmark.official` hands the same lines to
-the official checker, so both speak of the same line numbers.
+the official checker, so both speak of the same line numbers. A line this parser rejects
+reaches the official tools as a bare `:::MLLOG` (a parse error there too): they never see a
+record this parser did not (a value nested too deep to read here cannot slip past the guard
+on the values the engine turns into file paths).
+
+Bounded, whatever the file: a log is read as a stream, only if it is a regular file of at most
+MAX_LOG_BYTES, with at most MAX_MLLOG_LINES `:::MLLOG` lines and no `:::MLLOG` line over
+MAX_LINE_CHARS characters read as JSON (the largest published BERT log of rounds 1.0-5.0 is
+3.8 MB, 5,054 `:::MLLOG` lines, 2,886 characters a line). A `ReadBudget` bounds the lines and
+bytes of all the logs of one check.
 """
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
+import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 from benchmark.errors import UserError
+from benchmark.files import RefusedFile, open_regular, size_words
 from benchmark.problems import ERROR, WARNING, Problem
 
 TOKEN = ":::MLLOG "
 REQUIRED_FIELDS = ("time_ms", "key", "value", "metadata")
 MAX_DEPTH = 32  # MLPerf values are scalars or small lists/objects; deeper is garbage
+MAX_LOG_BYTES = 256 << 20  # a log larger than this is refused unread (published: <= 3.8 MB)
+MAX_MLLOG_LINES = 100_000  # a log with more :::MLLOG lines is refused (published: <= 5,054)
+MAX_LINE_CHARS = 1 << 20  # a longer :::MLLOG line is not read as JSON (published: <= 2,886)
+# All the logs of one check together (all published BERT logs of 1.0-5.0: 1,780,000 lines,
+# 660 MB; one round at most 324,000 lines, 118 MB; one submitter at most 108,000, 58 MB).
+MAX_TOTAL_MLLOG_LINES = 1_000_000
+MAX_TOTAL_LOG_BYTES = 1 << 30
+ENGINE_STUB = TOKEN.strip()  # what the official tools get for a line rejected here
 
 
 class LogReadError(UserError):
-    """The file could not be read at all (missing, a folder, no permission)."""
+    """The file could not be read at all (missing, a folder, no permission, not a regular
+    file, over a limit)."""
+
+
+@dataclass
+class ReadBudget:
+    """What the logs of one check may still hold together: `:::MLLOG` lines and bytes.
+    Logs read after it is spent are refused, so a tree of any size is read in bounded memory
+    and time."""
+    lines: int = MAX_TOTAL_MLLOG_LINES
+    bytes: int = MAX_TOTAL_LOG_BYTES
+
+    def spend(self, parsed: "ParsedLog", size: int) -> None:
+        self.lines -= len(parsed.mllog_lines)
+        self.bytes -= size
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The bounds of one log (see the module docstring); tests make them small."""
+    log_bytes: int = MAX_LOG_BYTES
+    mllog_lines: int = MAX_MLLOG_LINES
+    line_chars: int = MAX_LINE_CHARS
 
 
 @dataclass(frozen=True)
@@ -65,6 +108,24 @@ class ParsedLog:
     problems: list[Problem] = field(default_factory=list)
     mllog_lines: list[int] = field(default_factory=list)
     mllog_texts: list[str] = field(default_factory=list)
+
+
+_LONG_NUMBER = re.compile(r"\d{4300,}")
+
+
+def json_error(exc: BaseException, text: str) -> str:
+    """What a JSON parse error (of `json.loads(text)`) means, in words."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"not valid JSON after ':::MLLOG ' ({exc.msg})" if text.startswith(TOKEN) \
+            else f"not valid JSON ({exc.msg}, line {exc.lineno} column {exc.colno})"
+    if isinstance(exc, RecursionError):
+        return f"not valid JSON: nested too deep to read (an MLPerf value has at most " \
+               f"{MAX_DEPTH} levels)"
+    found = _LONG_NUMBER.search(text)
+    if found:
+        return (f"holds a number with {len(found.group()):,} digits, more than JSON readers "
+                "take (Python's limit is 4,300)")
+    return f"not valid JSON ({type(exc).__name__}: {str(exc)[:80]})"
 
 
 def _too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
@@ -134,8 +195,8 @@ def parse_line(line_no: int, full: str, path: str) -> tuple[LogRecord | None, li
     try:
         obj = json.loads(full[len(TOKEN):])
     except (ValueError, RecursionError) as exc:
-        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
-        return bad(f"not valid JSON after ':::MLLOG ' ({reason}); truncated or corrupted line")
+        suffix = "; truncated or corrupted line" if isinstance(exc, json.JSONDecodeError) else ""
+        return bad(json_error(exc, full) + suffix)
     if not isinstance(obj, dict):
         return bad(f"the JSON after ':::MLLOG ' is a {type(obj).__name__}, not an object")
     if _too_deep(obj):
@@ -165,10 +226,10 @@ def parse_line(line_no: int, full: str, path: str) -> tuple[LogRecord | None, li
     return record, problems
 
 
-def parse_text(text: str, path: str = "<log>") -> ParsedLog:
-    """Parse log text (already decoded as latin-1, as the official parser reads files)."""
+def _parse_lines(lines: Iterable[str], path: str, limits: Limits) -> ParsedLog:
+    """Parse lines (latin-1 text, line ends kept); raises LogReadError past `limits`."""
     parsed = ParsedLog(path=path)
-    for line_no, line in enumerate(io.StringIO(text, newline=""), start=1):
+    for line_no, line in enumerate(lines, start=1):
         at = line.rfind(TOKEN)
         if at < 0:
             if "MLLOG" in line:
@@ -177,10 +238,21 @@ def parse_text(text: str, path: str = "<log>") -> ParsedLog:
                     "line mentions MLLOG but lacks the ':::MLLOG ' prefix; both checkers ignore it",
                     WARNING))
             continue
+        if len(parsed.mllog_lines) >= limits.mllog_lines:
+            raise LogReadError(f"more than {limits.mllog_lines:,} ':::MLLOG' lines (a published "
+                               "BERT log has at most 5,054); not read")
         full = (TOKEN + line[at + len(TOKEN):]).strip()
         parsed.mllog_lines.append(line_no)
-        parsed.mllog_texts.append(full)
-        record, problems = parse_line(line_no, full, path)
+        if len(full) > limits.line_chars:
+            record, problems = None, [Problem(
+                path, line_no, "log/malformed-line",
+                f"a ':::MLLOG' line of {len(full):,} characters, over the limit of "
+                f"{limits.line_chars:,}; not read (no MLLOG record is that long)")]
+        else:
+            record, problems = parse_line(line_no, full, path)
+        # The official tools get exactly the records read here; a rejected line as a bare
+        # token, which they count as a parse error.
+        parsed.mllog_texts.append(full if record is not None else ENGINE_STUB)
         if record is not None:
             parsed.records.append(record)
         parsed.problems.extend(problems)
@@ -190,10 +262,43 @@ def parse_text(text: str, path: str = "<log>") -> ParsedLog:
     return parsed
 
 
-def read_text(path: str | Path) -> str:
-    """The file's bytes as latin-1 text (every byte decodes); raises LogReadError."""
+def parse_text(text: str, path: str = "<log>", limits: Limits = Limits()) -> ParsedLog:
+    """Parse log text (already decoded as latin-1, as the official parser reads files)."""
+    return _parse_lines(io.StringIO(text, newline=""), path, limits)
+
+
+def _counted(lines: Iterable[str], path: str, limit: int) -> Iterator[str]:
+    """`lines`, stopping with LogReadError once they hold more than `limit` characters (a
+    file that grows while read)."""
+    total = 0
+    for line in lines:
+        total += len(line)
+        if total > limit:
+            raise LogReadError(f"grew past the limit of {size_words(limit)} while read; "
+                               "not read")
+        yield line
+
+
+def parse_log(path: str | Path, budget: ReadBudget | None = None,
+              limits: Limits = Limits()) -> ParsedLog:
+    """Read and parse the log at `path` as a stream; raises LogReadError if it cannot be
+    read or is over a limit (of its own, or what is left of `budget`, which it spends)."""
+    if budget is not None and (budget.lines <= 0 or budget.bytes <= 0):
+        raise LogReadError(
+            f"not read: this check already read {MAX_TOTAL_MLLOG_LINES - budget.lines:,} "
+            f"':::MLLOG' lines and {size_words(MAX_TOTAL_LOG_BYTES - budget.bytes)} of logs, "
+            f"the most one check reads ({MAX_TOTAL_MLLOG_LINES:,} lines, "
+            f"{size_words(MAX_TOTAL_LOG_BYTES)})")
+    if budget is not None:
+        limits = dataclasses.replace(limits, log_bytes=min(limits.log_bytes, budget.bytes),
+                                     mllog_lines=min(limits.mllog_lines, budget.lines))
     try:
-        return Path(path).read_bytes().decode("latin-1")
+        with open_regular(path, limits.log_bytes) as raw:
+            size = os.fstat(raw.fileno()).st_size
+            text = io.TextIOWrapper(raw, encoding="latin-1", newline="")
+            parsed = _parse_lines(_counted(text, str(path), limits.log_bytes), str(path), limits)
+    except RefusedFile as exc:
+        raise LogReadError(exc.reason) from None
     except IsADirectoryError:
         raise LogReadError("is a folder, not a log file") from None
     except FileNotFoundError:
@@ -202,8 +307,6 @@ def read_text(path: str | Path) -> str:
         raise LogReadError("permission denied") from None
     except OSError as exc:
         raise LogReadError(exc.strerror or type(exc).__name__) from None
-
-
-def parse_log(path: str | Path) -> ParsedLog:
-    """Read and parse the log at `path`; raises LogReadError if it cannot be read."""
-    return parse_text(read_text(path), str(path))
+    if budget is not None:
+        budget.spend(parsed, size)
+    return parsed

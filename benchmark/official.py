@@ -4,7 +4,13 @@
   which picks the closed or open rules from the log's `submission_division`).
 - `run_rcp`: the reference-convergence-point check of a folder of `result_*.txt`.
 - `run_package_checker`: the package checker on a copy of a submission tree (it writes
-  `scaling.json` into result folders, so it never runs on the user's own tree).
+  `scaling.json` into result folders, so it never runs on the user's own tree). The copy
+  holds only what it reads, built from what this checker already read: each result log
+  reduced to its `:::MLLOG` lines (a log not read: an empty stand-in counted as failed), the
+  system descriptions as parsed, `package_checker_params` up to 1 MiB, the names under
+  `power/`; at most MAX_COPY_BYTES in all, in a scratch folder a later run removes if this
+  process is killed (`benchmark.files.scratch_dir`). No special file, link or sparse file of
+  the user's tree is ever read through it.
 - `system_description_problems`: the system-description checker for one `systems/*.json`.
 
 These tools report through `logging` and `print` and some inputs make them raise; every call
@@ -31,15 +37,15 @@ import importlib.util
 import io
 import json
 import logging
+import os
 import re
-import shutil
-import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
 from benchmark import log_keys as k
+from benchmark.files import RefusedFile, read_regular, scratch_dir, size_words
 from benchmark.mllog_parse import TOKEN, ParsedLog
 from benchmark.problems import ERROR, WARNING, Problem
 from benchmark.rulesets import DEFAULT_RULESET, RULESETS, ruleset as ruleset_facts
@@ -51,6 +57,9 @@ KNOWN_BENCHMARKS = ("bert", "dlrm", "dlrm_dcnv2", "gpt3", "llama2_70b_lora", "ma
                     "unet3d", "gnn", "llama31_405b", "llama31_8b", "flux1")
 PARSE_ERRORS = "Log lines had parsing errors."  # the compliance checker's own message
 LONGEST_LINE = 20_000  # characters; the official tools' per-line regex is quadratic beyond
+MAX_COPY_BYTES = 300 << 20  # what the copies for the RCP and package checkers may take
+MAX_SMALL_FILE_BYTES = 1 << 20  # a systems/*.json or package_checker_params (published: 2.5 KB)
+MAX_POWER_ENTRIES = 10_000  # names copied from a result folder's power/ (published: 40)
 _SPEC = importlib.util.find_spec("mlperf_logging")
 _PACKAGE_DIR = str(Path(_SPEC.origin).parent) + "/" if _SPEC and _SPEC.origin else ""
 
@@ -468,6 +477,23 @@ def rcp_batch_sizes(ruleset: str = DEFAULT_RULESET) -> list[int]:
         return []
 
 
+def reduced_size(parsed: ParsedLog) -> int:
+    """The bytes `_write_reduced` writes for `parsed`."""
+    if not parsed.mllog_lines:
+        return 1
+    return parsed.mllog_lines[-1] + sum(len(text) for text in parsed.mllog_texts)
+
+
+def over_copy_limit(logs: Sequence[ParsedLog]) -> str | None:
+    """Why reduced copies of `logs` are not written (None: they may be): together they would
+    take more than MAX_COPY_BYTES."""
+    total = sum(reduced_size(parsed) for parsed in logs)
+    if total <= MAX_COPY_BYTES:
+        return None
+    return (f"the copies of the logs the official tools read would take {size_words(total)}, "
+            f"over the limit of {size_words(MAX_COPY_BYTES)}")
+
+
 def _write_reduced(parsed: ParsedLog, dest: Path) -> None:
     """Write `parsed` to `dest` as the official tools read it: every `:::MLLOG` line from its
     last token on, every other line empty, so line numbers stay and the tools' per-line
@@ -479,23 +505,97 @@ def _write_reduced(parsed: ParsedLog, dest: Path) -> None:
     dest.write_text("\n".join(lines) + "\n", encoding="latin-1", errors="replace")
 
 
+class _OverLimit(Exception):
+    """The copy for the package checker would exceed MAX_COPY_BYTES."""
+
+
 class _TreeCopy:
-    """Copies a submission tree for the package checker: the logs already checked are written
-    reduced (`_write_reduced`) and their compliance verdicts remembered by their new path,
-    every other file is copied as it is."""
+    """Writes the copy of a submission tree the package checker reads (see the module
+    docstring), counting its bytes against MAX_COPY_BYTES; the compliance verdict of each log
+    is remembered by its new path."""
 
-    def __init__(self, logs: Sequence[tuple[ParsedLog, bool]]) -> None:
-        self._logs = {str(Path(parsed.path).resolve()): (parsed, passed)
-                      for parsed, passed in logs}
+    def __init__(self, logs: Sequence[tuple[ParsedLog, bool]], limit: int = MAX_COPY_BYTES):
+        self._logs = {parsed.path: (parsed, passed) for parsed, passed in logs}
         self.verdicts: dict[str, bool] = {}
+        self.left = limit
 
-    def __call__(self, src: str, dst: str) -> None:
-        known = self._logs.get(str(Path(src).resolve()))
+    def _spend(self, count: int) -> None:
+        self.left -= count
+        if self.left < 0:
+            raise _OverLimit
+
+    def log(self, src: str, dest: Path) -> None:
+        """A result log: reduced if it was read, else an empty stand-in counted as failed."""
+        known = self._logs.get(src)
         if known is None:
-            shutil.copy2(src, dst)
+            dest.write_bytes(b"")
+            self.verdicts[str(dest.resolve())] = False
             return
-        _write_reduced(known[0], Path(dst))
-        self.verdicts[str(Path(dst).resolve())] = known[1]
+        self._spend(reduced_size(known[0]))
+        _write_reduced(known[0], dest)
+        self.verdicts[str(dest.resolve())] = known[1]
+
+    def small(self, src: Path, dest: Path) -> None:
+        """A package_checker_params, if it is a regular file of at most 1 MiB."""
+        try:
+            data = read_regular(src, MAX_SMALL_FILE_BYTES)
+        except (OSError, RefusedFile):
+            return
+        self._spend(len(data))
+        dest.write_bytes(data)
+
+    def text(self, dest: Path, text: str) -> None:
+        data = text.encode("utf-8")
+        self._spend(len(data))
+        dest.write_bytes(data)
+
+    @staticmethod
+    def power(src: Path, dest: Path) -> None:
+        """The names under power/ (power/<run>/node_N.txt, sw_N.txt), as empty files: the
+        power checker reads names, not contents."""
+        try:
+            runs = sorted(os.scandir(src), key=lambda e: e.name)[:MAX_POWER_ENTRIES]
+        except OSError:
+            return
+        dest.mkdir()
+        count = len(runs)
+        for run in runs:
+            if not run.is_dir(follow_symlinks=False):
+                (dest / run.name).write_bytes(b"")
+                continue
+            (dest / run.name).mkdir()
+            try:
+                names = sorted(e.name for e in os.scandir(run.path))
+            except OSError:
+                continue
+            for name in names[:max(0, MAX_POWER_ENTRIES - count)]:
+                (dest / run.name / name).write_bytes(b"")
+            count += len(names)
+
+
+def _copy_for_package_checker(org: Path, tree: Path,
+                              folders: Sequence[tuple[str, Sequence[str]]],
+                              systems: dict[str, dict], copier: _TreeCopy) -> None:
+    """Write the copy at `tree`: results/<system>/bert/ of each (folder, result files) of
+    `folders` (paths under `org`), the system-level and folder-level package_checker_params,
+    power/ names, and systems/<name>.json of each parsed description in `systems`."""
+    (tree / "results").mkdir(parents=True)
+    for folder, results in folders:
+        relative = Path(folder).relative_to(org)
+        system_src, system_dst = org / relative.parent, tree / relative.parent
+        if not system_dst.is_dir():
+            system_dst.mkdir(parents=True)
+            copier.small(system_src / PARAMS_FILE, system_dst / PARAMS_FILE)
+        dest = tree / relative
+        dest.mkdir()
+        for path in results:
+            copier.log(path, dest / Path(path).name)
+        copier.small(Path(folder) / PARAMS_FILE, dest / PARAMS_FILE)
+        if (Path(folder) / "power").is_dir() and not (Path(folder) / "power").is_symlink():
+            copier.power(Path(folder) / "power", dest / "power")
+    (tree / "systems").mkdir()
+    for name, contents in systems.items():
+        copier.text(tree / "systems" / name, json.dumps(contents))
 
 
 SEED_BYPASS = "seed-checker-bypass"  # a line of package_checker_params the package checker reads
@@ -568,8 +668,10 @@ def run_rcp(folder: str, batch_size: int | None, logs: Sequence[ParsedLog],
     try:
         from mlperf_logging.rcp_checker import rcp_checker
         _guard_engine()
-        with tempfile.TemporaryDirectory(prefix="bert-rcp-") as tmp, \
-                _captured(logging.INFO) as log:
+        too_big = over_copy_limit(logs)
+        if too_big:
+            return RcpOutcome(True, False, f"not run: {too_big}")
+        with scratch_dir("bert-rcp") as tmp, _captured(logging.INFO) as log:
             for parsed in logs:
                 _write_reduced(parsed, Path(tmp) / Path(parsed.path).name)
             passed, message, norm = rcp_checker.check_directory(
@@ -599,53 +701,45 @@ SYSTEM_FIELDS = (
     "framework", "other_software_stack", "operating_system", "sw_notes")
 
 
-def _round_status(path: Path, ruleset: str) -> tuple[str, str] | None:
-    """(status, the installed checker's name for it) when systems/<system>.json at `path`
+def _round_status(contents: dict, ruleset: str) -> tuple[str, str] | None:
+    """(status, the installed checker's name for it) when a system description's `contents`
     has a status the round's checker accepted but the installed one refuses
-    (`Ruleset.status_aliases`); None otherwise or if the file is not a JSON object."""
+    (`Ruleset.status_aliases`); None otherwise."""
     aliases = dict(ruleset_facts(ruleset).status_aliases)
-    if not aliases:
-        return None
-    try:
-        contents = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return None
-    status = contents.get("status") if isinstance(contents, dict) else None
-    canonical = aliases.get(status.lower()) if isinstance(status, str) else None
+    status = contents.get("status")
+    canonical = aliases.get(status.lower()) if aliases and isinstance(status, str) else None
     return (status, canonical) if canonical and canonical != status else None
 
 
-def _with_round_status(source: Path, dest: Path, ruleset: str) -> Problem | None:
-    """Write `source` to `dest` with a status the round accepted in the installed checker's
-    words (`_round_status`); returns the warning that says so, None when nothing changed."""
-    found = _round_status(source, ruleset)
+def _with_round_status(contents: dict, shown: str, ruleset: str) -> tuple[dict, Problem | None]:
+    """`contents` with a status the round accepted in the installed checker's words
+    (`_round_status`), and the warning that says so (None when nothing changed)."""
+    found = _round_status(contents, ruleset)
     if found is None:
-        return None
-    contents = json.loads(source.read_bytes())
-    contents["status"] = found[1]
-    dest.write_text(json.dumps(contents))
-    return Problem(str(source), 0, "official/system-desc", (
+        return contents, None
+    return {**contents, "status": found[1]}, Problem(shown, 0, "official/system-desc", (
         f"status {found[0]!r}: the {ruleset} round's system-description checker accepted it "
         f"(as {found[1]!r}); mlperf_logging 4.1 and later take only the canonical names"),
         WARNING)
 
 
-def system_description_problems(json_path: str, ruleset: str = DEFAULT_RULESET) -> list[Problem]:
+def system_description_problems(json_path: str, contents: dict,
+                                ruleset: str = DEFAULT_RULESET) -> list[Problem]:
     """The system-description checker's complaints about one systems/<system>.json.
 
-    The file must already be known to hold a JSON object. A status the round's checker
-    accepted is checked under the installed checker's name for it, with a warning.
+    contents: the file as already read and checked (`benchmark.submission`): the official
+    checker reads a copy of it, never the user's file. A status the round's checker accepted
+    is checked under the installed checker's name for it, with a warning.
     """
     notes: list[Problem] = []
     try:
         from mlperf_logging.system_desc_checker import system_desc_checker
-        with tempfile.TemporaryDirectory(prefix="bert-system-") as tmp, \
-                _captured(logging.ERROR) as log:
-            checked = Path(tmp) / Path(json_path).name
-            note = _with_round_status(Path(json_path), checked, ruleset)
+        with scratch_dir("bert-system") as tmp, _captured(logging.ERROR) as log:
+            checked = Path(tmp) / "system.json"
+            contents, note = _with_round_status(contents, json_path, ruleset)
             notes = [note] if note else []
-            valid, *_ = system_desc_checker.check_system_desc(
-                str(checked) if note else json_path, USAGE, ruleset)
+            checked.write_text(json.dumps(contents))
+            valid, *_ = system_desc_checker.check_system_desc(str(checked), USAGE, ruleset)
     except Exception as exc:  # noqa: BLE001
         return [Problem(json_path, 0, "official/system-desc",
                         f"the system description checker stopped with {_describe(exc)}")]
@@ -672,27 +766,38 @@ class PackageOutcome:
     problems: list[Problem] = field(default_factory=list)
 
 
-def run_package_checker(org_dir: str, logs: Sequence[tuple[ParsedLog, bool]] = (),
+def run_package_checker(org_dir: str, folders: Sequence[tuple[str, Sequence[str]]],
+                        systems: dict[str, dict],
+                        logs: Sequence[tuple[ParsedLog, bool]] = (),
                         ruleset: str = DEFAULT_RULESET) -> PackageOutcome:
-    """Run the package checker on a copy of `org_dir`'s results/ and systems/.
+    """Run the package checker on a copy of `org_dir` holding only what it reads.
 
+    folders: (results/<system>/bert folder, its result_*.txt paths), as checked.
+    systems: systems/<name>.json file name -> the description as read and checked.
     logs: (log, compliance verdict) for the result files already checked (`run_compliance`,
         the round's verdict); they are copied reduced and not run through the compliance
-        engine a second time. Other files go through the package checker as they are.
+        engine a second time. A result file not among them is copied as an empty file
+        counted as failed.
     The RCP test runs with its bypass set here: each result folder gets it from `run_rcp`,
     in the reading of the samples the submitter may choose, which the package checker
     fixes for a whole tree.
     """
-    shown = org_dir.rstrip("/")
-    with tempfile.TemporaryDirectory(prefix="bert-check-") as tmp:
-        tree = Path(tmp) / Path(shown).name
+    shown = org_dir.rstrip("/") or org_dir
+    with scratch_dir("bert-check") as tmp:
+        tree = Path(tmp) / (Path(shown).name or "submission")
         copier = _TreeCopy(logs)
+        notes = []
+        for name in systems:
+            systems[name], note = _with_round_status(systems[name],
+                                                     str(Path(shown) / "systems" / name), ruleset)
+            notes += [note] if note else []
         try:
-            tree.mkdir()
-            for part in ("results", "systems"):
-                if (Path(org_dir) / part).is_dir():
-                    shutil.copytree(Path(org_dir) / part, tree / part, symlinks=True,
-                                    copy_function=copier)
+            _copy_for_package_checker(Path(org_dir), tree, folders, systems, copier)
+        except _OverLimit:
+            return PackageOutcome(False, [Problem(
+                shown, 0, "package/checker",
+                f"package checker not run: the copy of the tree it reads would take more than "
+                f"{size_words(MAX_COPY_BYTES)}")])
         except OSError as exc:
             return PackageOutcome(False, [Problem(shown, 0, "package/checker",
                                                   f"cannot copy the tree: {_one_line(exc)}")])
@@ -703,11 +808,8 @@ def run_package_checker(org_dir: str, logs: Sequence[tuple[ParsedLog, bool]] = (
             return PackageOutcome(False, [Problem(
                 shown, 0, "package/checker",
                 f"cannot import mlperf_logging's package checker: {_one_line(exc)}")])
-        notes = [note for system in sorted((tree / "systems").glob("*.json"))
-                 if (note := _with_round_status(system, system, ruleset))]
-        notes = [dataclasses.replace(n, path=n.path.replace(str(tree), shown)) for n in notes]
         if ruleset_facts(ruleset).seedless_folders_pass:
-            notes = [Problem(folder, 0, "package/checker", (
+            notes += [Problem(folder, 0, "package/checker", (
                 f"no run logs a seed: the {ruleset} round's seed checker passed such a folder "
                 "(mlperf_logging 4.x fails it)"), WARNING)
                 for folder in _seedless_folders_pass(org_dir, tree, logs)]

@@ -5,20 +5,28 @@ A submission tree is `<org>/results/<system>/bert/result_0.txt ... result_9.txt`
 the set of 10, cross-run consistency, the RCP check); `check_submission` checks the tree
 around it (layout, system descriptions) and adds the official package checker's verdict.
 Neither raises on any input.
+
+A tree is someone else's files: only regular files are read (a FIFO or a device never), each
+up to its limit (a log: `benchmark.mllog_parse.MAX_LOG_BYTES`; a system description or a
+package_checker_params: 1 MiB), a link leading out of the tree is refused, and the logs of one
+check share a `ReadBudget`; each refusal is one line naming the file.
 """
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from benchmark import log_keys as k
+from benchmark.files import RefusedFile, link_outside, read_regular, size_words
 from benchmark.log_check import LogReport, check_log
-from benchmark.official import (LONGEST_LINE, PackageOutcome, RcpOutcome,
-                                PARAMS_FILE, run_package_checker, run_rcp,
-                                system_description_problems, untrusted_values)
+from benchmark.mllog_parse import MAX_DEPTH, ReadBudget, _too_deep, json_error
+from benchmark.official import (LONGEST_LINE, MAX_SMALL_FILE_BYTES, PackageOutcome,
+                                RcpOutcome, PARAMS_FILE, over_copy_limit, run_package_checker,
+                                run_rcp, system_description_problems, untrusted_values)
 from benchmark.problems import ERROR, WARNING, Problem
 from benchmark.rulesets import DEFAULT_RULESET
 
@@ -41,6 +49,12 @@ SRC_RUN_COUNT = ("training_rules.adoc, Deprecated benchmarks results: NLP \"Mini
                  "exact number.\"")
 OLYMPIC_NOTE = ("accepted under olympic scoring: one run of ten may fail; this run is scored "
                 "as not converged")
+# The fields of a system description the official checker joins as text (a number or a list
+# there makes it raise TypeError).
+JOINED_FIELDS = ("submitter", "system_name", "host_processor_model_name",
+                 "host_processor_core_count", "accelerator_model_name", "accelerators_per_node",
+                 "framework")
+MAX_SYSTEMS_BYTES = 16 << 20  # all systems/*.json of one tree together (published: < 0.2 MB)
 
 
 @dataclass
@@ -124,9 +138,11 @@ def _run_order(name: str) -> tuple:
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
 
 
-def _result_files(folder: str) -> tuple[list[str], list[Problem]]:
+def _result_files(folder: str, root: str | None = None) -> tuple[list[str], list[Problem]]:
     """The result files of `folder` (every result_*.txt, as the package checker globs them)
-    in run order, and problems with the set of files."""
+    in run order, and problems with the set of files. A result_*.txt that is not a regular
+    file is listed (reading it is refused, in one line); a link leading out of `root` (the
+    tree; default `folder`) is not."""
     problems: list[Problem] = []
     try:
         entries = sorted(Path(folder).iterdir(), key=lambda p: _run_order(p.name))
@@ -135,7 +151,11 @@ def _result_files(folder: str) -> tuple[list[str], list[Problem]]:
                             f"cannot list the folder: {exc.strerror or exc}")]
     runs = []
     for entry in entries:
-        if RESULT_NAME.fullmatch(entry.name) and entry.is_file():
+        outside = link_outside(entry, root or folder)
+        if RESULT_NAME.fullmatch(entry.name) and outside:
+            problems.append(Problem(str(entry), 0, "submission/result-files",
+                                    f"a link to {outside}, outside {root or folder}; not read"))
+        elif RESULT_NAME.fullmatch(entry.name) and not entry.is_dir():
             runs.append(str(entry))
         elif entry.name not in TOOL_FILES:
             problems.append(Problem(str(entry), 0, "submission/result-files",
@@ -182,8 +202,8 @@ def _rcp_bypassed(folder: str) -> bool:
     here = Path(folder)
     for place in (here, here.parent, here.parent.parent.parent):
         try:
-            lines = (place / PARAMS_FILE).read_text().splitlines()
-        except (OSError, UnicodeDecodeError):
+            lines = read_regular(place / PARAMS_FILE, MAX_SMALL_FILE_BYTES).decode().splitlines()
+        except (OSError, UnicodeDecodeError, RefusedFile):
             continue
         if RCP_BYPASS & {line.strip() for line in lines}:
             return True
@@ -201,7 +221,8 @@ def _untrusted_log(logs: list[LogReport]) -> str | None:
 
 def check_result_folder(folder: str, ruleset: str = DEFAULT_RULESET, official: bool = True,
                         tick: Callable[[], None] = _no_tick,
-                        system_division: str | None = None) -> ResultFolder:
+                        system_division: str | None = None, root: str | None = None,
+                        budget: ReadBudget | None = None) -> ResultFolder:
     """Check a folder of BERT runs (`result_0.txt` ... `result_9.txt`).
 
     Each log gets the BERT rules and the compliance checker; the set gets the file-count,
@@ -210,12 +231,15 @@ def check_result_folder(folder: str, ruleset: str = DEFAULT_RULESET, official: b
     warnings) and scored as not converged. `tick` is called after each log (progress).
     system_division: the division of the system description, when the folder is part of a
     submission tree; the package checker runs the RCP check only when it says closed.
+    root: the tree the folder is part of (a link out of it is not read; default the folder).
+    budget: what the logs of this check may still hold (default: a new `ReadBudget`).
     """
     result = ResultFolder(folder)
-    paths, result.problems = _result_files(folder)
+    paths, result.problems = _result_files(folder, root)
+    budget = budget if budget is not None else ReadBudget()
     result.logs = []
     for path in paths:
-        result.logs.append(check_log(path, ruleset, official))
+        result.logs.append(check_log(path, ruleset, official, budget))
         tick()
     result.scored = [log.passed for log in result.logs]
     result.problems += _consistency(folder, result.logs)
@@ -237,7 +261,8 @@ def check_result_folder(folder: str, ruleset: str = DEFAULT_RULESET, official: b
     divisions = [log.view.division for log in result.logs
                  if log.view is not None and log.view.division_logged]
     result.division = divisions[0] if divisions else "closed"
-    too_long = _too_long_for_official_tools(result.logs)
+    too_long = _too_long_for_official_tools(result.logs) or over_copy_limit(
+        [log.view.parsed for log in result.logs if log.view is not None])
     if official and too_long:
         result.problems.append(Problem(folder, 0, "rcp/convergence",
                                        f"RCP check not run: {too_long}"))
@@ -276,34 +301,87 @@ def check_result_folder(folder: str, ruleset: str = DEFAULT_RULESET, official: b
     return result
 
 
-def _system_division(org: Path, system: str) -> str | None:
-    """The division systems/<system>.json names (None: unreadable or not given)."""
-    try:
-        contents = json.loads((org / "systems" / f"{system}.json").read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    division = contents.get("division") if isinstance(contents, dict) else None
-    return division if isinstance(division, str) else None
+class _NonFinite(ValueError):
+    """NaN or Infinity in a JSON text (Python reads them; JSON has no such numbers)."""
 
 
-def _system_json(org: Path, system: str, ruleset: str, official: bool,
-                 divisions: set[str]) -> list[Problem]:
-    """Problems with systems/<system>.json: missing, not JSON, fields, division."""
-    path = org / "systems" / f"{system}.json"
+def _no_constant(name: str):
+    raise _NonFinite(name)
+
+
+def read_system_json(path: Path, root: Path, budget: list[int] | None = None
+                     ) -> tuple[dict | None, list[Problem]]:
+    """(the description, []) for a systems/*.json the official checkers can read, else
+    (None, [one problem naming the file]): a link out of `root`, not a regular file, over
+    1 MiB (or what is left of `budget`, [bytes], which it spends), not UTF-8, not JSON, NaN,
+    nested deeper than MAX_DEPTH, not an object, or a field the official checker joins as text
+    that is not a string. A missing file is (None, [])."""
     shown = str(path)
-    if not path.is_file():
+
+    def refuse(message: str, line: int = 0) -> tuple[None, list[Problem]]:
+        return None, [Problem(shown, line, "submission/system-json", message)]
+    outside = link_outside(path, root)
+    if outside and os.path.lexists(path):
+        return refuse(f"a link to {outside}, outside {root}; not read")
+    limit = MAX_SMALL_FILE_BYTES if budget is None else min(MAX_SMALL_FILE_BYTES, budget[0])
+    try:
+        data = read_regular(path, limit)
+    except FileNotFoundError:
+        return None, []
+    except RefusedFile as exc:
+        if budget is not None and limit < MAX_SMALL_FILE_BYTES:
+            return refuse(f"not read: the system descriptions of this tree already take "
+                          f"{size_words(MAX_SYSTEMS_BYTES - budget[0])}, the most read")
+        return refuse(exc.reason)
+    except OSError as exc:
+        return refuse(f"cannot read: {exc.strerror or type(exc).__name__}")
+    if budget is not None:
+        budget[0] -= len(data)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return refuse(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start:,})")
+    try:
+        contents = json.loads(text, parse_constant=_no_constant)
+    except _NonFinite as exc:
+        return refuse(f"holds {exc.args[0]}, which is not a JSON number (JSON has no NaN or "
+                      "Infinity)")
+    except json.JSONDecodeError as exc:
+        return refuse(f"not valid JSON: {exc.msg} (column {exc.colno})", exc.lineno)
+    except (ValueError, RecursionError) as exc:
+        return refuse(json_error(exc, text))
+    if not isinstance(contents, dict):
+        return refuse(f"holds a JSON {type(contents).__name__}, not an object", 1)
+    if _too_deep(contents):
+        return refuse(f"nests lists or objects more than {MAX_DEPTH} levels deep")
+    for name in JOINED_FIELDS:
+        value = contents.get(name, "")
+        if not isinstance(value, str):
+            shown_value = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+            return refuse(f"{name} is {shown_value} ({type(value).__name__}), not a string; "
+                          "the official checkers join it as text")
+    return contents, []
+
+
+def _system_files(org: Path) -> list[Path]:
+    """systems/*.json as the package checker globs them (hidden names excluded), any kind."""
+    try:
+        return sorted(p for p in (org / "systems").iterdir()
+                      if p.name.endswith(".json") and not p.name.startswith("."))
+    except OSError:
+        return []
+
+
+def _system_json(path: Path, contents: dict | None, refused: list[Problem], system: str,
+                 ruleset: str, official: bool, divisions: set[str]) -> list[Problem]:
+    """Problems with systems/<system>.json (read by `read_system_json`): missing, refused,
+    fields, division."""
+    shown = str(path)
+    if refused:
+        return refused
+    if contents is None:
         return [Problem(shown, 0, "submission/system-json",
                         f"missing: every results/{system} needs systems/{system}.json")]
-    try:
-        contents = json.loads(path.read_bytes().decode("utf-8"))
-    except json.JSONDecodeError as exc:
-        return [Problem(shown, exc.lineno, "submission/system-json",
-                        f"not valid JSON: {exc.msg} (column {exc.colno})")]
-    except (UnicodeDecodeError, OSError) as exc:
-        return [Problem(shown, 0, "submission/system-json", f"cannot read: {exc}")]
-    if not isinstance(contents, dict):
-        return [Problem(shown, 1, "submission/system-json",
-                        f"holds a JSON {type(contents).__name__}, not an object")]
     problems = []
     division = contents.get("division")
     if division not in k.DIVISIONS:
@@ -317,17 +395,40 @@ def _system_json(org: Path, system: str, ruleset: str, official: bool,
                                 f"{' and '.join(sorted(divisions))}; the package checker "
                                 "goes by this file", WARNING))
     if official:
-        problems += system_description_problems(shown, ruleset)
+        problems += system_description_problems(shown, contents, ruleset)
     return problems
 
 
+def _subfolders(folder: Path, root: Path, report: SubmissionReport) -> list[Path]:
+    """The folders in `folder`, sorted; a link leading out of `root` is reported and left
+    out."""
+    try:
+        entries = sorted(p for p in folder.iterdir() if p.is_dir())
+    except OSError as exc:
+        report.problems.append(Problem(str(folder), 0, "submission/layout",
+                                       f"cannot list the folder: {exc.strerror or exc}"))
+        return []
+    kept = []
+    for entry in entries:
+        outside = link_outside(entry, root)
+        if outside:
+            report.problems.append(Problem(str(entry), 0, "submission/layout",
+                                           f"a link to {outside}, outside {root}; not read"))
+        else:
+            kept.append(entry)
+    return kept
+
+
 def check_submission(org_dir: str, ruleset: str = DEFAULT_RULESET, official: bool = True,
-                     tick: Callable[[], None] = _no_tick) -> SubmissionReport:
+                     tick: Callable[[], None] = _no_tick,
+                     budget: ReadBudget | None = None) -> SubmissionReport:
     """Check the submission tree at `org_dir` (`<org>/results/...`, `<org>/systems/...`);
-    `tick` is called after each log (progress)."""
+    `tick` is called after each log (progress); `budget`: what the logs of this check may
+    still hold (default: a new `ReadBudget`)."""
     report = SubmissionReport(org_dir)
     org = Path(org_dir)
     results = org / "results"
+    budget = budget if budget is not None else ReadBudget()
     if not org.is_dir():
         report.problems.append(Problem(org_dir, 0, "submission/layout", "not a folder"))
         return report
@@ -338,31 +439,48 @@ def check_submission(org_dir: str, ruleset: str = DEFAULT_RULESET, official: boo
     if not (org / "systems").is_dir():
         report.problems.append(Problem(str(org / "systems"), 0, "submission/layout",
                                        "missing: a submission holds systems/<system>.json"))
-    systems = sorted(p for p in results.iterdir() if p.is_dir())
-    for system in systems:
+    systems_left = [MAX_SYSTEMS_BYTES]
+    descriptions = {path.name: read_system_json(path, org, systems_left)
+                    for path in _system_files(org)}
+    layout: list[tuple[str, list[str]]] = []
+    for system in _subfolders(results, org, report):
         divisions: set[str] = set()
-        for bench in sorted(p for p in system.iterdir() if p.is_dir()):
+        json_path = org / "systems" / f"{system.name}.json"
+        contents, refused = descriptions.get(json_path.name, (None, []))
+        division = contents.get("division") if contents else None
+        for bench in _subfolders(system, org, report):
             if bench.name != k.BENCHMARK_NAME:
                 report.problems.append(Problem(str(bench), 0, "submission/layout",
                                                "not a BERT result; not checked", WARNING))
                 continue
             folder = check_result_folder(str(bench), ruleset, official, tick,
-                                         _system_division(org, system.name))
+                                         division if isinstance(division, str) else None,
+                                         org_dir, budget)
             report.folders.append(folder)
+            layout.append((str(bench), [log.path for log in folder.logs]))
             divisions |= {log.view.division for log in folder.logs
                           if log.view is not None and log.view.division_logged}
-        report.problems += _system_json(org, system.name, ruleset, official, divisions)
+        report.problems += _system_json(json_path, contents, refused, system.name, ruleset,
+                                        official, divisions)
+    for name, (_, refused) in descriptions.items():
+        if refused and not (results / name[:-len(".json")]).is_dir():
+            report.problems += refused  # a description no result uses, still read by the checker
     if not report.folders:
         report.problems.append(Problem(str(results), 0, "submission/layout",
                                        "no results/<system>/bert folder"))
     logs = [log for f in report.folders for log in f.logs]
-    unsafe = _too_long_for_official_tools(logs) or _untrusted_log(logs)
+    refused_systems = sorted(name for name, (_, refused) in descriptions.items() if refused)
+    unsafe = _too_long_for_official_tools(logs) or _untrusted_log(logs) or over_copy_limit(
+        [log.view.parsed for log in logs if log.view is not None]) or (
+        f"systems/{refused_systems[0]} cannot be read by it (see its line)"
+        if refused_systems else None)
     if official and unsafe:
         report.package = PackageOutcome(False, [Problem(org_dir, 0, "package/checker",
                                                         f"package checker not run: {unsafe}")])
     elif official:
         checked = [(log.view.parsed, log.official.passed) for log in logs
                    if log.view is not None and log.official is not None]
-        report.package = run_package_checker(org_dir, checked, ruleset)
+        systems = {name: contents for name, (contents, _) in descriptions.items()
+                   if contents is not None}
+        report.package = run_package_checker(org_dir, layout, systems, checked, ruleset)
     return report
-
