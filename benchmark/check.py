@@ -11,11 +11,15 @@ warnings grouped by rule (a count and the first few; --verbose lists all), a tab
 runs with the olympic score, and one verdict line naming the ruleset used (`--ruleset`, else
 the round a `training_results_vX.Y` path names, else the one the logs' keys point to).
 With --format json everything is one JSON object on stdout; with csv or markdown the table goes
-to stdout and the problem lines to stderr.
+to stdout and the problem lines to stderr. Text from the input (file names, log values) is
+printed escaped (`benchmark.problems.printable`) in every format, and output never fails on
+the terminal's encoding (backslash escapes). Whatever the tree, a check reads it in bounded
+memory and time (`benchmark.submission`) and ends in exactly one verdict line.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -24,17 +28,19 @@ import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence, TextIO
+from typing import Iterator, Sequence, TextIO
 
 from tqdm import tqdm
 
 from benchmark.errors import UserError
+from benchmark.files import open_regular, walk_files
 from benchmark.log_check import LogReport, check_log
 from benchmark.official import PackageOutcome, RcpOutcome, available_rulesets
 from benchmark.rulesets import (DEFAULT_RULESET, LAST_BERT_ROUND, RULESETS,
                                ruleset as ruleset_facts)
-from benchmark.problems import ERROR, Problem, count_errors, sort_key
-from benchmark.submission import check_result_folder, check_submission
+from benchmark.mllog_parse import ReadBudget
+from benchmark.problems import ERROR, Problem, count_errors, printable, sort_key
+from benchmark.submission import RESULT_NAME, check_result_folder, check_submission
 from benchmark import summary
 
 FORMATS = ("text", "json", "csv", "markdown")
@@ -46,6 +52,7 @@ EXIT_CODES = ("exit status: 0 no errors (warnings allowed); 1 errors found; 2 th
 WARNINGS_SHOWN = 3  # per rule, without --verbose
 ROUND_IN_PATH = re.compile(r"training_results_v(\d+)\.(\d+)")
 SNIFF_BYTES = 4 << 20  # of the first log, read to guess its round
+MAX_TREE_DEPTH = 8  # folders below a given path searched for logs (<org>/results/<s>/bert: 3)
 
 
 class UsageError(UserError):
@@ -125,6 +132,13 @@ def _is_result_folder(path: Path) -> bool:
         return False
 
 
+def _logs_under(folder: Path) -> Iterator[Path]:
+    """The result_*.txt files under `folder`, at most MAX_TREE_DEPTH folders down (no
+    recursion, no linked folders)."""
+    return (path for path, _ in walk_files(folder, MAX_TREE_DEPTH)
+            if RESULT_NAME.fullmatch(path.name))
+
+
 def _first_log(paths: Sequence[str]) -> Path | None:
     """The first result log the paths name (a file, or a result_*.txt under a folder)."""
     for raw in paths:
@@ -132,7 +146,7 @@ def _first_log(paths: Sequence[str]) -> Path | None:
         if path.is_file():
             return path
         if path.is_dir():
-            return next((p for p in sorted(path.rglob("result_*.txt")) if p.is_file()), None)
+            return min(_logs_under(path), default=None)
     return None
 
 
@@ -149,9 +163,9 @@ def choose_ruleset(given: str | None, paths: Sequence[str]) -> tuple[str, str]:
     first = _first_log(paths)
     if first is not None:
         try:
-            with open(first, "rb") as stream:
+            with open_regular(first, 1 << 62) as stream:
                 head = stream.read(SNIFF_BYTES)
-        except OSError:
+        except (OSError, UserError):
             head = b""
         if b'"opt_lamb_epsilon"' in head:
             return LAST_BERT_ROUND, ("assumed: the logs name opt_lamb_epsilon, a key of "
@@ -166,7 +180,7 @@ def _count_logs(paths: Sequence[str], submissions: Sequence[str]) -> int:
     for raw in [*paths, *submissions]:
         path = Path(raw)
         if path.is_dir():
-            total += sum(1 for p in path.rglob("result_*.txt") if p.is_file())
+            total += sum(1 for _ in _logs_under(path))
         else:
             total += 1
     return total
@@ -185,13 +199,14 @@ def run_checks(paths: Sequence[str], submissions: Sequence[str], ruleset: str,
 def _run_checks(paths: Sequence[str], submissions: Sequence[str], ruleset: str,
                 official: bool, tick) -> Verdict:
     verdict = Verdict()
+    budget = ReadBudget()  # the logs of this check together
     loose: list[LogReport] = []
     for raw in paths:
         path = Path(raw)
         if _is_submission(path):
             submissions = [*submissions, raw]
         elif path.is_dir() and _is_result_folder(path):
-            folder = check_result_folder(raw, ruleset, official, tick)
+            folder = check_result_folder(raw, ruleset, official, tick, budget=budget)
             verdict.problems += folder.all_problems()
             verdict.groups.append(Group(raw, folder.logs, folder.scored, folder.rcp,
                                         ruleset=ruleset))
@@ -200,7 +215,7 @@ def _run_checks(paths: Sequence[str], submissions: Sequence[str], ruleset: str,
                                             "a folder with neither result_*.txt files nor a "
                                             "results/ tree; nothing to check"))
         else:
-            report = check_log(raw, ruleset, official)
+            report = check_log(raw, ruleset, official, budget)
             tick()
             loose.append(report)
             verdict.problems += report.problems
@@ -208,7 +223,7 @@ def _run_checks(paths: Sequence[str], submissions: Sequence[str], ruleset: str,
         label = loose[0].path if len(loose) == 1 else f"{len(loose)} logs"
         verdict.groups.insert(0, Group(label, loose, [True] * len(loose), ruleset=ruleset))
     for org in submissions:
-        report = check_submission(org, ruleset, official, tick)
+        report = check_submission(org, ruleset, official, tick, budget)
         verdict.problems += report.all_problems()
         for i, folder in enumerate(report.folders):
             verdict.groups.append(Group(folder.folder, folder.logs, folder.scored, folder.rcp,
@@ -251,7 +266,7 @@ def _group_text(group: Group, fmt: str) -> str:
     """A group as text (title, table, facts) or markdown (heading, table, bullet facts)."""
     table = summary.runs_table(group.reports, group.scored) if group.reports else None
     facts = _facts(group, summary.table_score(table) if table is not None else None)
-    title = f"{group.label}: {len(group.reports)} run(s)"
+    title = f"{printable(group.label)}: {len(group.reports)} run(s)"
     if fmt == "markdown":
         parts = [f"### {title}"]
         if table is not None:
@@ -339,12 +354,26 @@ def render_json(verdict: Verdict) -> str:
                        "groups": groups}, indent=2, allow_nan=False)
 
 
+class _Printable:
+    """A text stream that writes through `printable` (newlines kept): whatever slipped
+    through unescaped, no control character reaches the terminal."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(printable(text, keep_newlines=True))
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+
 def emit(verdict: Verdict, fmt: str, out: TextIO | None = None,
          err: TextIO | None = None, verbose: bool = False) -> None:
     """Print the verdict in `fmt` to `out` (default stdout) and `err` (default stderr);
     `verbose`: every warning, not the first few per rule."""
-    out = out or sys.stdout
-    err = err or sys.stderr
+    out = _Printable(out or sys.stdout)
+    err = _Printable(err or sys.stderr)
     if fmt == "json":
         print(render_json(verdict), file=out)
         return
@@ -356,7 +385,7 @@ def emit(verdict: Verdict, fmt: str, out: TextIO | None = None,
         for group in verdict.groups:
             table = summary.runs_table(group.reports, group.scored) if group.reports else None
             for fact in _facts(group, summary.table_score(table) if table is not None else None):
-                print(f"{group.label}: {fact}", file=err)
+                print(f"{printable(group.label)}: {fact}", file=err)
     else:
         for group in verdict.groups:
             print(file=out)
@@ -393,7 +422,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not plot.resolve().parent.is_dir():
                 raise UsageError(f"cannot write the plot: no folder {plot.parent}")
     except UsageError as exc:
-        print(f"check: {exc}", file=sys.stderr)
+        print(f"check: {printable(exc)}", file=sys.stderr)
         return EXIT_USAGE
     verdict = run_checks(args.paths, args.submission, ruleset, args.official)
     verdict.ruleset, verdict.ruleset_note = ruleset, note
@@ -402,13 +431,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             summary.plot_runs([r for g in verdict.groups for r in g.reports], args.plot)
         except summary.PlotError as exc:
-            print(f"check: {exc}", file=sys.stderr)
+            print(f"check: {printable(exc)}", file=sys.stderr)
             return EXIT_USAGE
     return EXIT_ERRORS if verdict.errors else EXIT_OK
 
 
 def entry_point() -> None:
-    """`python -m benchmark.check`: main() with a one-line message for anything unexpected."""
+    """`python -m benchmark.check`: main() with a one-line message for anything unexpected;
+    output never fails on the terminal's encoding (LANG=C, PYTHONIOENCODING=ascii)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(errors="backslashreplace")
     try:
         status = main()
     except KeyboardInterrupt:
@@ -418,7 +451,8 @@ def entry_point() -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         status = EXIT_ERRORS
     except Exception as exc:  # noqa: BLE001 - never a traceback, whatever the input
-        print(f"check: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"check: internal error: {type(exc).__name__}: {printable(exc)}"[:2000],
+              file=sys.stderr)
         status = EXIT_INTERNAL
     sys.exit(status)
 

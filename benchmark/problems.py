@@ -1,7 +1,10 @@
 """One problem found in a log or a submission tree, and its one-line form.
 
 Every checker (the log parser, the BERT rules, the official-checker wrappers, the submission
-tree check) reports `Problem`s; the CLI prints them as `file:line: rule: message`.
+tree check) reports `Problem`s; the CLI prints them as `file:line: rule: message`. Paths and
+messages hold text from the input (file names, log values), so everything printed from them
+goes through `printable`: a file name with a newline cannot start a line of its own (a fake
+verdict) and a log value with a terminal escape cannot clear the screen.
 """
 from __future__ import annotations
 
@@ -9,6 +12,28 @@ from dataclasses import asdict, dataclass
 
 ERROR = "error"
 WARNING = "warning"
+MAX_MESSAGE_CHARS = 2000  # a message longer than this is cut (a 300-digit number, a long path)
+
+
+def _escape(char: str) -> str:
+    if char in "\n\r\t":
+        return repr(char)[1:-1]
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def printable(text: str, keep_newlines: bool = False) -> str:
+    """`text` with every character a terminal acts on or cannot encode as a backslash escape:
+    control characters (ESC, CR, newline unless `keep_newlines`), line and paragraph
+    separators, format characters such as bidi overrides, and the lone surrogates that stand
+    for the bytes of a file name that is not UTF-8."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or (keep_newlines and c == "\n") else _escape(c)
+                   for c in text)
 
 # The source of an error whose check gives none, by the family of its rule (the part of the
 # rule's name before "/"): what the official tools and rules read, and where that is said.
@@ -53,10 +78,12 @@ class Problem:
     def format(self) -> str:
         """`path:line: rule: message`, with `warning: ` before the message for warnings and
         the source in brackets after an error's message."""
-        text = " ".join(self.message.split())  # always exactly one line
+        text = printable(" ".join(self.message.split()))  # always exactly one line
+        if len(text) > MAX_MESSAGE_CHARS:
+            text = text[:MAX_MESSAGE_CHARS - 3] + "..."
         prefix = "warning: " if self.severity == WARNING else ""
-        source = f" [{self.source}]" if self.source and self.severity == ERROR else ""
-        return f"{self.path}:{self.line}: {self.rule}: {prefix}{text}{source}"
+        source = f" [{printable(self.source)}]" if self.source and self.severity == ERROR else ""
+        return f"{printable(self.path)}:{self.line}: {printable(self.rule)}: {prefix}{text}{source}"
 
     def as_dict(self) -> dict:
         """The problem as a JSON-ready dict."""

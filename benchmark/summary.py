@@ -17,7 +17,7 @@ import pandas as pd
 from benchmark import constants
 from benchmark.errors import UserError
 from benchmark.log_check import LogReport
-from benchmark.problems import count_errors
+from benchmark.problems import count_errors, printable
 
 COLUMNS = ["run", "status", "minutes", "samples_to_converge", "final_accuracy", "evals",
            "errors", "scored"]
@@ -122,13 +122,25 @@ def _markdown(table: pd.DataFrame) -> str:
 def _cell(value) -> str:
     if value is None or (not isinstance(value, str) and pd.isna(value)):
         return ""
+    if isinstance(value, str):
+        return value.replace("|", "\\|")
     if isinstance(value, float):
         return f"{value:.4f}" if value < 1 else f"{value:.2f}"
     return str(value)
 
 
+def _printable_cells(table: pd.DataFrame) -> pd.DataFrame:
+    """`table` with its text cells (run names, statuses: input) made `printable`."""
+    shown = table.copy()
+    for column in shown.columns:
+        if shown[column].dtype == object:
+            shown[column] = shown[column].map(lambda v: printable(v) if isinstance(v, str) else v)
+    return shown
+
+
 def render_table(table: pd.DataFrame, fmt: str) -> str:
-    """The runs table as "text", "csv" or "markdown"."""
+    """The runs table as "text", "csv" or "markdown"; text cells escaped (`printable`)."""
+    table = _printable_cells(table)
     if fmt == "csv":
         return table.to_csv(index=False).rstrip("\n")
     if fmt == "markdown":
