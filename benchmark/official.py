@@ -6,7 +6,7 @@
 - `run_package_checker`: the package checker on a copy of a submission tree (it writes
   `scaling.json` into result folders, so it never runs on the user's own tree). The copy
   holds only what it reads, built from what this checker already read: each result log
-  reduced to its `:::MLLOG` lines (a log not read: an empty stand-in counted as failed), the
+  reduced to its `:::MLLOG` lines (a log not read is left out), the
   system descriptions as parsed, `package_checker_params` up to 1 MiB, the names under
   `power/`; at most MAX_COPY_BYTES in all, in a scratch folder a later run removes if this
   process is killed (`benchmark.files.scratch_dir`). No special file, link or sparse file of
@@ -525,11 +525,10 @@ class _TreeCopy:
             raise _OverLimit
 
     def log(self, src: str, dest: Path) -> None:
-        """A result log: reduced if it was read, else an empty stand-in counted as failed."""
+        """A result log, reduced, if it was read; a log not read (refused, unreadable) is left
+        out (its own line says why; the package checker then counts one file fewer)."""
         known = self._logs.get(src)
         if known is None:
-            dest.write_bytes(b"")
-            self.verdicts[str(dest.resolve())] = False
             return
         self._spend(reduced_size(known[0]))
         _write_reduced(known[0], dest)
@@ -776,8 +775,7 @@ def run_package_checker(org_dir: str, folders: Sequence[tuple[str, Sequence[str]
     systems: systems/<name>.json file name -> the description as read and checked.
     logs: (log, compliance verdict) for the result files already checked (`run_compliance`,
         the round's verdict); they are copied reduced and not run through the compliance
-        engine a second time. A result file not among them is copied as an empty file
-        counted as failed.
+        engine a second time. A result file not among them is left out.
     The RCP test runs with its bypass set here: each result folder gets it from `run_rcp`,
     in the reading of the samples the submitter may choose, which the package checker
     fixes for a whole tree.
