@@ -140,10 +140,11 @@ class RefusedFile(InputError):
     """A file that is not read: not a regular file, over a size limit, a link leaving its tree.
     `reason` is the one-line why, without the path (the message names it)."""
 
-    def __init__(self, path: str | os.PathLike, reason: str) -> None:
+    def __init__(self, path: str | os.PathLike, reason: str, too_large: bool = False) -> None:
         super().__init__(f"{path}: {reason}")
         self.path = str(path)
         self.reason = reason
+        self.too_large = too_large
 
 
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
@@ -179,7 +180,7 @@ def open_regular(path: str | os.PathLike, limit: int) -> IO[bytes]:
                                     "not read")
         if info.st_size > limit:
             raise RefusedFile(path, f"is {size_words(info.st_size)}, over the limit of "
-                                    f"{size_words(limit)}; not read")
+                                    f"{size_words(limit)}; not read", too_large=True)
     check(os.stat(path))
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
                  | getattr(os, "O_CLOEXEC", 0))
@@ -197,7 +198,8 @@ def read_regular(path: str | os.PathLike, limit: int) -> bytes:
     with open_regular(path, limit) as stream:
         data = stream.read(limit + 1)
     if len(data) > limit:
-        raise RefusedFile(path, f"is over the limit of {size_words(limit)}; not read")
+        raise RefusedFile(path, f"is over the limit of {size_words(limit)}; not read",
+                          too_large=True)
     return data
 
 

@@ -39,7 +39,7 @@ MAX_MLLOG_LINES = 100_000  # a log with more :::MLLOG lines is refused (publishe
 MAX_LINE_CHARS = 1 << 20  # a longer :::MLLOG line is not read as JSON (published: <= 2,886)
 # All the logs of one check together (all published BERT logs of 1.0-5.0: 1,780,000 lines,
 # 660 MB; one round at most 324,000 lines, 118 MB; one submitter at most 108,000, 58 MB).
-MAX_TOTAL_MLLOG_LINES = 1_000_000
+MAX_TOTAL_MLLOG_LINES = 500_000
 MAX_TOTAL_LOG_BYTES = 1 << 30
 ENGINE_STUB = TOKEN.strip()  # what the official tools get for a line rejected here
 
@@ -47,6 +47,10 @@ ENGINE_STUB = TOKEN.strip()  # what the official tools get for a line rejected h
 class LogReadError(UserError):
     """The file could not be read at all (missing, a folder, no permission, not a regular
     file, over a limit)."""
+
+
+class LogTooLarge(LogReadError):
+    """The file is over a limit: bytes or `:::MLLOG` lines."""
 
 
 @dataclass
@@ -239,7 +243,7 @@ def _parse_lines(lines: Iterable[str], path: str, limits: Limits) -> ParsedLog:
                     WARNING))
             continue
         if len(parsed.mllog_lines) >= limits.mllog_lines:
-            raise LogReadError(f"more than {limits.mllog_lines:,} ':::MLLOG' lines (a published "
+            raise LogTooLarge(f"more than {limits.mllog_lines:,} ':::MLLOG' lines (a published "
                                "BERT log has at most 5,054); not read")
         full = (TOKEN + line[at + len(TOKEN):]).strip()
         parsed.mllog_lines.append(line_no)
@@ -274,7 +278,7 @@ def _counted(lines: Iterable[str], path: str, limit: int) -> Iterator[str]:
     for line in lines:
         total += len(line)
         if total > limit:
-            raise LogReadError(f"grew past the limit of {size_words(limit)} while read; "
+            raise LogTooLarge(f"grew past the limit of {size_words(limit)} while read; "
                                "not read")
         yield line
 
@@ -283,22 +287,31 @@ def parse_log(path: str | Path, budget: ReadBudget | None = None,
               limits: Limits = Limits()) -> ParsedLog:
     """Read and parse the log at `path` as a stream; raises LogReadError if it cannot be
     read or is over a limit (of its own, or what is left of `budget`, which it spends)."""
+    spent = LogReadError(
+        "not read: with it the logs of this check would hold more than the most one check "
+        f"reads ({MAX_TOTAL_MLLOG_LINES:,} ':::MLLOG' lines, {size_words(MAX_TOTAL_LOG_BYTES)})")
     if budget is not None and (budget.lines <= 0 or budget.bytes <= 0):
-        raise LogReadError(
-            f"not read: this check already read {MAX_TOTAL_MLLOG_LINES - budget.lines:,} "
-            f"':::MLLOG' lines and {size_words(MAX_TOTAL_LOG_BYTES - budget.bytes)} of logs, "
-            f"the most one check reads ({MAX_TOTAL_MLLOG_LINES:,} lines, "
-            f"{size_words(MAX_TOTAL_LOG_BYTES)})")
+        raise spent
+    own = limits
     if budget is not None:
         limits = dataclasses.replace(limits, log_bytes=min(limits.log_bytes, budget.bytes),
                                      mllog_lines=min(limits.mllog_lines, budget.lines))
+    try:
+        return _parse_log(path, budget, limits)
+    except LogTooLarge:
+        if limits != own:  # the budget, not the log's own limits, was the bound
+            raise spent from None
+        raise
+
+
+def _parse_log(path: str | Path, budget: ReadBudget | None, limits: Limits) -> ParsedLog:
     try:
         with open_regular(path, limits.log_bytes) as raw:
             size = os.fstat(raw.fileno()).st_size
             text = io.TextIOWrapper(raw, encoding="latin-1", newline="")
             parsed = _parse_lines(_counted(text, str(path), limits.log_bytes), str(path), limits)
     except RefusedFile as exc:
-        raise LogReadError(exc.reason) from None
+        raise (LogTooLarge if exc.too_large else LogReadError)(exc.reason) from None
     except IsADirectoryError:
         raise LogReadError("is a folder, not a log file") from None
     except FileNotFoundError:

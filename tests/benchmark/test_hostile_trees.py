@@ -107,10 +107,13 @@ def test_the_logs_of_one_check_share_a_budget(tmp_path):
     budget = mllog_parse.ReadBudget()
     first = check_log(str(log), budget=budget)
     assert first.view is not None and budget.lines < mllog_parse.MAX_TOTAL_MLLOG_LINES
-    budget.lines = 0
-    second = check_log(str(log), budget=budget)
-    problem, = second.problems
-    assert "the most one check reads" in problem.message and second.view is None
+    for left in (0, 10):  # spent, or less left than this log holds
+        budget.lines = left
+        second = check_log(str(log), budget=budget)
+        problem, = second.problems
+        assert "the most one check reads (500,000" in problem.message and second.view is None
+    os.mkfifo(tmp_path / "result_1.txt")  # a refusal of its own is said as such
+    assert "FIFO" in check_log(str(tmp_path / "result_1.txt"), budget=budget).problems[0].message
 
 
 def test_a_long_line_is_not_read_and_the_engine_does_not_see_it(tmp_path):
