@@ -19,6 +19,7 @@ import os
 import shutil
 import stat
 import tempfile
+import time
 from pathlib import Path
 from typing import IO, Iterator
 
@@ -236,17 +237,28 @@ def walk_files(root: str | os.PathLike, max_depth: int) -> Iterator[tuple[Path, 
                 yield Path(entry.path), depth
 
 
+STALE_AFTER_S = 3600  # a scratch folder of a dead pid untouched this long is removed
+_swept: set[tuple[str, str]] = set()
+
+
 def scratch_dir(prefix: str) -> "tempfile.TemporaryDirectory[str]":
-    """A temporary folder `<tmp>/<prefix>-<pid>-<random>` that is removed when done; a folder
-    of the same prefix left behind by a process that is gone (kill -9) is removed first."""
-    remove_stale_scratch(prefix)
+    """A temporary folder `<tmp>/<prefix>-<pid>-<random>` that is removed when done. The first
+    one of a process removes the folders of the same prefix left behind by processes that are
+    gone (kill -9), once untouched for STALE_AFTER_S (a /tmp shared with another pid namespace
+    cannot lose a live one)."""
+    base = tempfile.gettempdir()
+    if (prefix, base) not in _swept:
+        _swept.add((prefix, base))
+        remove_stale_scratch(prefix, base)
     return tempfile.TemporaryDirectory(prefix=f"{prefix}-{os.getpid()}-")
 
 
-def remove_stale_scratch(prefix: str, base: str | None = None) -> list[str]:
-    """Remove `<base>/<prefix>-<pid>-*` folders of ours whose process no longer runs; returns
-    them."""
+def remove_stale_scratch(prefix: str, base: str | None = None,
+                         older_than_s: float = STALE_AFTER_S) -> list[str]:
+    """Remove `<base>/<prefix>-<pid>-*` folders of ours whose process no longer runs and that
+    were not modified for `older_than_s`; returns them."""
     base = base or tempfile.gettempdir()
+    now = time.time()
     removed = []
     try:
         entries = list(os.scandir(base))
@@ -257,8 +269,9 @@ def remove_stale_scratch(prefix: str, base: str | None = None) -> list[str]:
             continue
         pid = entry.name[len(prefix) + 1:].split("-", 1)[0]
         try:
+            info = entry.stat(follow_symlinks=False)
             if not pid.isdigit() or not entry.is_dir(follow_symlinks=False) \
-                    or entry.stat(follow_symlinks=False).st_uid != os.getuid() \
+                    or info.st_uid != os.getuid() or now - info.st_mtime < older_than_s \
                     or _alive(int(pid)):
                 continue
         except OSError:

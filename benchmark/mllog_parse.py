@@ -288,7 +288,7 @@ def parse_log(path: str | Path, budget: ReadBudget | None = None,
     """Read and parse the log at `path` as a stream; raises LogReadError if it cannot be
     read or is over a limit (of its own, or what is left of `budget`, which it spends)."""
     spent = LogReadError(
-        "not read: with it the logs of this check would hold more than the most one check "
+        "with it, the logs of this check would hold more than the most one check "
         f"reads ({MAX_TOTAL_MLLOG_LINES:,} ':::MLLOG' lines, {size_words(MAX_TOTAL_LOG_BYTES)})")
     if budget is not None and (budget.lines <= 0 or budget.bytes <= 0):
         raise spent

@@ -218,8 +218,13 @@ def test_a_scratch_folder_left_by_a_killed_check_is_removed_by_the_next(tmp_path
     (left / "result_0.txt").write_text("x" * 1000)
     alive = scratch / f"bert-check-{os.getpid()}-def456"
     alive.mkdir()
+    recent = scratch / f"bert-check-{dead.pid}-ghi789"  # maybe another pid namespace's
+    recent.mkdir()
+    hours_ago = time.time() - 2 * 3600
+    for folder in (left.parents[1], alive):
+        os.utime(folder, (hours_ago, hours_ago))
     status, out, err, _ = _cli(["--submission", str(org)], tmp_path)
-    assert sorted(p.name for p in scratch.iterdir()) == [alive.name]
+    assert {p.name for p in scratch.iterdir()} == {alive.name, recent.name}
 
 
 # --------------------------------------------------------------------------------------------
