@@ -20,7 +20,8 @@ script's `pages_from`, `keepPage` and `Extractor` on them, and the pages are wri
 order through the script's own `OutputSplitter`, so file boundaries fall where the script puts
 them. The output is byte-identical to the script's, whatever `--processes` is (tests compare
 with files the original wrote under Python 3.7). A dump without `</siteinfo>`, in which the
-script finds no pages at all, is an error here.
+script finds no pages at all, is an error here, found in the first MiB of its text
+(HEADER_LIMIT): the script would read the whole dump looking for it.
 
 Reproducibility. The script reads the wall clock (`time.strftime`) for CURRENTYEAR,
 CURRENTMONTH, CURRENTDAY, CURRENTHOUR and CURRENTTIME; the reference's own extraction cannot be
@@ -46,6 +47,7 @@ import io
 import logging
 import multiprocessing
 import os
+import re
 import shutil
 import signal
 import sys
@@ -60,7 +62,7 @@ from tqdm import tqdm
 from benchmark import constants
 from benchmark.errors import exit_on_user_error
 from cleanup_scripts.fileio import (DiskFullError, InputError, disk_full, ensure_dir,
-                                    temporary_name)
+                                    require_regular_file, temporary_name)
 from cleanup_scripts import dump_chunks, wikiextractor_275
 from cleanup_scripts.runner import StageSummary, report
 
@@ -68,6 +70,11 @@ MIN_FILE_SIZE = 200 * 1024  # WikiExtractor's own lower limit for --bytes
 CHUNK_BYTES = 16 << 20  # decoded dump text per worker task
 _SNIFF_BYTES = 64 * 1024
 _TAIL_BYTES = 64
+# `</siteinfo>` must come within this many characters of a dump's text (the enwiki header is
+# a few KiB): a dump without it is refused after reading this much, not all of it.
+HEADER_LIMIT = 1 << 20
+# The first tag of a line, as WikiExtractor's tagRE finds it (its group 2).
+_FIRST_TAG = re.compile(r"<(/?\w+)[^>]*?>")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -175,10 +182,11 @@ def open_dump(path: str | os.PathLike, check_end: bool = True) -> io.TextIOWrapp
 
 
 def check_dump_start(path: str | os.PathLike) -> None:
-    """InputError unless `path` is a non-empty file whose data starts a MediaWiki dump."""
+    """InputError unless `path` is a non-empty file whose data starts a MediaWiki dump: a
+    `<mediawiki>` element, and `</siteinfo>` within HEADER_LIMIT characters. Reads at most
+    that much (decompressed)."""
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: input file does not exist")
+    require_regular_file(path)  # /dev/zero or a FIFO: named, never read
     if path.stat().st_size == 0:
         raise InputError(f"{path}: empty file")
     with open_dump(path, check_end=False) as handle:
@@ -188,6 +196,36 @@ def check_dump_start(path: str | os.PathLike) -> None:
             raise InputError(f"{path}: not UTF-8 text, not a MediaWiki XML dump") from err
     if "<mediawiki" not in head:
         raise InputError(f"{path}: not a MediaWiki XML dump (no <mediawiki> element)")
+    with open_dump(path, check_end=False) as handle:
+        if not _header_ends(_header_lines(handle, path)):
+            raise InputError(f"{path}: no </siteinfo> in its first {HEADER_LIMIT >> 20} MiB: "
+                             f"not the header of a MediaWiki dump (WikiExtractor would find no "
+                             f"pages)")
+
+
+def _header_lines(handle: io.TextIOBase, path: Path) -> Iterator[str]:
+    """The lines of `handle` within its first HEADER_LIMIT characters (a longer line is cut
+    there): where a dump's `<siteinfo>` must end."""
+    left = HEADER_LIMIT
+    while left > 0:
+        try:
+            line = handle.readline(left)
+        except UnicodeDecodeError as err:
+            raise InputError(f"{path}: not UTF-8 text, not a MediaWiki XML dump") from err
+        if not line:
+            return
+        left -= len(line)
+        yield line
+
+
+def _header_ends(lines: Iterator[str]) -> bool:
+    """Whether a line of `lines` has `</siteinfo>` as its first tag (where `_read_siteinfo`,
+    as the script, stops reading the header)."""
+    for line in lines:
+        match = _FIRST_TAG.search(line)
+        if match and match.group(1) == "/siteinfo":
+            return True
+    return False
 
 
 # ----------------------------------------------------------------------------------------------
@@ -396,10 +434,11 @@ def _process_dump(settings: _Settings, outcome: list, input_file, template_file,
     parsed: see the module doc. Appends the number of pages written to `outcome`."""
     if template_file or not out_file or file_compress:
         raise RuntimeError("only the reference's command line is supported")
-    with open_dump(settings.input_path) as reader:
-        if not _read_siteinfo(reader):
-            raise InputError(f"{settings.input_path}: no </siteinfo>: WikiExtractor finds no "
-                             f"pages in a dump without its <siteinfo> header")
+    with open_dump(settings.input_path, check_end=False) as reader:
+        if not _read_siteinfo(_header_lines(reader, settings.input_path)):
+            raise InputError(f"{settings.input_path}: no </siteinfo> in its first "
+                             f"{HEADER_LIMIT >> 20} MiB: WikiExtractor finds no pages in a dump "
+                             f"without its <siteinfo> header")
     with multiprocessing.get_context("fork").Pool(process_count, _worker_signals) as pool:
         chunks = dump_chunks.plan(settings.input_path, settings.chunk_bytes, pool.starmap)
         try:
