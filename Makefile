@@ -48,6 +48,10 @@ LOG        ?=
 SUBMISSION ?=
 CHECK_ARGS ?=
 
+# $(call q,VALUE): VALUE as one shell word, single-quoted (a ' in it becomes '\''), so that
+# paths with spaces or shell characters reach the scripts whole: make preprocess DUMP="a b".
+q = '$(subst ','\'',$(1))'
+
 .PHONY: install test test-all preprocess download upload verify train check example-submission bench bench-data bench-train clean-build
 
 install:
@@ -63,26 +67,28 @@ test-all:
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 preprocess:
-	$(PY) -m cleanup_scripts.preprocess --output_dir=$(OUT) --nworker=$(NWORKER) \
-		$(if $(DUMP),--dump=$(DUMP)) $(if $(RESULTS),--results_text=$(RESULTS)) \
+	$(PY) -m cleanup_scripts.preprocess --output_dir=$(call q,$(OUT)) --nworker=$(call q,$(NWORKER)) \
+		$(if $(DUMP),--dump=$(call q,$(DUMP))) $(if $(RESULTS),--results_text=$(call q,$(RESULTS))) \
 		$(if $(PACK),--pack) $(PREPROCESS_ARGS)
 
 download:
-	$(PY) -m cleanup_scripts.download --output_dir=$(DIR) --artifacts=$(ARTIFACTS) \
-		--source=$(SOURCE) $(if $(FROM_DIR),--from_dir=$(FROM_DIR)) $(DOWNLOAD_ARGS)
+	$(PY) -m cleanup_scripts.download --output_dir=$(call q,$(DIR)) --artifacts=$(call q,$(ARTIFACTS)) \
+		--source=$(call q,$(SOURCE)) $(if $(FROM_DIR),--from_dir=$(call q,$(FROM_DIR))) $(DOWNLOAD_ARGS)
 
 upload:
 	$(if $(BUCKET),,$(error give BUCKET=gs://bucket/prefix))
-	$(PY) -m cleanup_scripts.upload --bucket=$(BUCKET) --source_dir=$(OUT) --nworker=$(NWORKER)
+	$(PY) -m cleanup_scripts.upload --bucket=$(call q,$(BUCKET)) --source_dir=$(call q,$(OUT)) \
+		--nworker=$(call q,$(NWORKER))
 
 verify:
-	$(PY) -m cleanup_scripts.verify $(or $(BUCKET),$(DIR))
+	$(PY) -m cleanup_scripts.verify $(call q,$(or $(BUCKET),$(DIR)))
 
 train:
-	$(PY) -m reference.run_pretraining --preset=$(PRESET) --output_dir=$(TRAIN_OUT) \
-		$(if $(DATA),--data_dir=$(DATA)) $(if $(INIT_CHECKPOINT),--init_checkpoint=$(INIT_CHECKPOINT)) \
-		$(if $(TPU_NAME),--tpu_name=$(TPU_NAME)) $(if $(TPU_ZONE),--tpu_zone=$(TPU_ZONE)) \
-		$(if $(GCP_PROJECT),--gcp_project=$(GCP_PROJECT)) $(if $(PACKED),--packed) $(TRAIN_ARGS)
+	$(PY) -m reference.run_pretraining --preset=$(call q,$(PRESET)) --output_dir=$(call q,$(TRAIN_OUT)) \
+		$(if $(DATA),--data_dir=$(call q,$(DATA))) \
+		$(if $(INIT_CHECKPOINT),--init_checkpoint=$(call q,$(INIT_CHECKPOINT))) \
+		$(if $(TPU_NAME),--tpu_name=$(call q,$(TPU_NAME))) $(if $(TPU_ZONE),--tpu_zone=$(call q,$(TPU_ZONE))) \
+		$(if $(GCP_PROJECT),--gcp_project=$(call q,$(GCP_PROJECT))) $(if $(PACKED),--packed) $(TRAIN_ARGS)
 
 # Ten real demo runs laid out as an (open division) submission, then checked.
 EXAMPLE_ARGS ?=
@@ -92,11 +98,11 @@ example-submission:
 bench: bench-data bench-train
 
 bench-data:
-	$(PY) -m cleanup_scripts.bench --reference_dir=$(REFERENCE_DIR) \
-		--text_dir=$(OUT)/text --part=$(OUT)/results/part-00000-of-00500 $(BENCH_ARGS)
+	$(PY) -m cleanup_scripts.bench --reference_dir=$(call q,$(REFERENCE_DIR)) \
+		--text_dir=$(call q,$(OUT)/text) --part=$(call q,$(OUT)/results/part-00000-of-00500) $(BENCH_ARGS)
 
 bench-train:
-	$(PY) -m reference.bench --reference_dir=$(REFERENCE_BERT) $(BENCH_TRAIN_ARGS)
+	$(PY) -m reference.bench --reference_dir=$(call q,$(REFERENCE_BERT)) $(BENCH_TRAIN_ARGS)
 
 # `@`: make does not echo the command, so `CHECK_ARGS="--format json"` prints only JSON.
 check:
