@@ -11,6 +11,7 @@ import fcntl
 import glob
 import os
 import socket
+import stat
 import time
 from typing import Iterator
 
@@ -18,7 +19,12 @@ from benchmark.files import (DiskFullError, InputError, atomic_output, disk_full
                              temporary_name)
 
 __all__ = ["DiskFullError", "InputError", "atomic_output", "disk_full", "ensure_dir",
-           "exclusive_lock", "expand_inputs", "printable", "temporary_name"]
+           "exclusive_lock", "expand_inputs", "printable", "refuse_special_file",
+           "require_regular_file",
+           "special_file_kind", "temporary_name"]
+
+_SPECIAL_KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                  (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
 
 
 def printable(value: object) -> str:
@@ -33,18 +39,55 @@ def printable(value: object) -> str:
                    for char in text)
 
 
+def special_file_kind(mode: int) -> str:
+    """What a file of st_mode `mode` that is neither a regular file nor a folder is: "a
+    character device" (/dev/zero), "a FIFO", ..."""
+    for test, kind in _SPECIAL_KINDS:
+        if test(mode):
+            return kind
+    return "a special file"
+
+
+def refuse_special_file(path: str | os.PathLike) -> None:
+    """InputError "<path>: is not a regular file (a FIFO)" if `path` is a device, FIFO or
+    socket; nothing for a regular file, a folder or a missing path (the caller's open() names
+    those). Only stat()ed: a FIFO cannot block this, nor /dev/zero feed it."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise InputError(f"{printable(path)}: is not a regular file ({special_file_kind(mode)})")
+
+
+def require_regular_file(path: str | os.PathLike, what: str = "input file") -> None:
+    """InputError naming `path` unless it is a regular file (or a link to one): "does not
+    exist", "is a directory", or "is not a regular file (a FIFO)" for a device, FIFO or
+    socket. Only stat()ed, never opened: a FIFO cannot block this, nor /dev/zero feed it."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise InputError(f"{printable(path)}: {what} does not exist") from None
+    except OSError as err:
+        raise InputError(f"{printable(path)}: cannot read {what} ({err.strerror})") from err
+    if stat.S_ISDIR(mode):
+        article = "an" if what[:1] in "aeiou" else "a"
+        raise InputError(f"{printable(path)}: is a directory, not {article} {what}")
+    if not stat.S_ISREG(mode):
+        raise InputError(f"{printable(path)}: is not a regular file ({special_file_kind(mode)})")
+
+
 def expand_inputs(pattern: str, suffix: str = "") -> list[str]:
     """Return the sorted paths matching a glob `pattern` (with `~` expanded).
 
-    Raises InputError when nothing matches, or when a match lacks `match + suffix`, the file a
-    reference-style stage reads.
+    Raises InputError when nothing matches, or when `match + suffix`, the file a
+    reference-style stage reads, is missing or no regular file (`require_regular_file`).
     """
     paths = sorted(glob.glob(os.path.expanduser(pattern)))
     if not paths:
-        raise InputError(f"{pattern}: no input files match")
+        raise InputError(f"{printable(pattern)}: no input files match")
     for path in paths:
-        if not os.path.isfile(path + suffix):
-            raise InputError(f"{path + suffix}: input file does not exist")
+        require_regular_file(path + suffix)
     return paths
 
 

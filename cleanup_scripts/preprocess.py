@@ -45,6 +45,7 @@ import math
 import os
 import re
 import shutil
+import stat
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -62,7 +63,8 @@ from cleanup_scripts.cleanup_file import stripped_bytes
 from cleanup_scripts.do_gather import GatherSource, gather
 from cleanup_scripts.do_sentence_segmentation import segment_file
 from cleanup_scripts.fileio import (DiskFullError, InputError, atomic_output, disk_full,
-                                    ensure_dir, exclusive_lock, printable, temporary_name)
+                                    ensure_dir, exclusive_lock, printable,
+                                    require_regular_file, special_file_kind, temporary_name)
 from cleanup_scripts.layout import DatasetLayout
 from cleanup_scripts.ledger import DamagedState, Entry, OutputLedger, read_state
 from cleanup_scripts.pack_pretraining_data import (MAX_SEQUENCES_PER_PACK, PackOptions,
@@ -149,11 +151,11 @@ def local_dump(dump: str) -> Path | None:
 
 
 def check_local_dump(path: Path) -> None:
-    """InputError unless `path` is a file (a directory or a missing path is no dump)."""
-    if path.is_dir():
-        raise InputError(f"{path}: is a directory, not a dump file")
-    if not path.is_file():
-        raise InputError(f"{path}: dump file does not exist")
+    """InputError unless `path` is a regular file (a directory, a device such as /dev/zero, a
+    FIFO or a missing path is no dump) that starts as a MediaWiki dump does, `</siteinfo>`
+    within its first MiB (`extract.check_dump_start`: reads no more than that)."""
+    require_regular_file(path, "dump file")
+    extract.check_dump_start(path)
 
 
 def fetch_dump(layout: DatasetLayout, options: Options) -> Path:
@@ -290,8 +292,8 @@ def results_text_names(source_dir: Path) -> list[str]:
     if not source_dir.is_dir():
         raise InputError(f"{source_dir}: results text directory does not exist" if not
                          source_dir.exists() else f"{source_dir}: is not a directory")
-    names = sorted(path.name for path in source_dir.iterdir() if path.is_file() and (
-        _PART_NAME.fullmatch(path.name) or path.name in _EVAL_FILES))
+    names = sorted(path.name for path in source_dir.iterdir() if (
+        _PART_NAME.fullmatch(path.name) or path.name in _EVAL_FILES) and _regular(path))
     missing = [what for what, present in (
         ("no part-*-of-* files", any(_PART_NAME.fullmatch(name) for name in names)),
         ("no eval.txt", "eval.txt" in names)) if not present]
@@ -299,6 +301,18 @@ def results_text_names(source_dir: Path) -> list[str]:
         raise InputError(f"{source_dir}: {' and '.join(missing)}; expected the official "
                          f"results/ text (make download ARTIFACTS=results)")
     return names
+
+
+def _regular(path: Path) -> bool:
+    """Whether `path` is a regular file; False for a folder or a missing path, InputError
+    naming a device, FIFO or socket (never opened: it could block or never end)."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return False
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return stat.S_ISREG(mode)
+    raise InputError(f"{printable(path)}: is not a regular file ({special_file_kind(mode)})")
 
 
 def imports_in_place(layout: DatasetLayout, options: Options) -> bool:

@@ -38,7 +38,9 @@ import unicodedata
 from array import array
 from typing import Callable, Iterable, Sequence
 
-from cleanup_scripts.fileio import InputError
+from cleanup_scripts.fileio import InputError, refuse_special_file
+
+VOCAB_LIMIT = 64 << 20  # bytes: a vocabulary 300 times BERT's (226 KiB) is no vocabulary
 
 UNK_TOKEN = "[UNK]"
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -162,13 +164,17 @@ def read_vocab_tokens(vocab_file: str | os.PathLike) -> list[str]:
 
     Lines end at "\\n"; "\\r" characters are removed anywhere (as the reference's reader does);
     each line is stripped of surrounding whitespace. InputError if the file cannot be read or
-    is empty, binary or not UTF-8.
+    is empty, binary, not UTF-8, larger than VOCAB_LIMIT or no regular file.
     """
+    refuse_special_file(vocab_file)  # /dev/zero, a FIFO: named, never read
     try:
         with open(vocab_file, "rb") as handle:
-            data = handle.read()
+            data = handle.read(VOCAB_LIMIT + 1)
     except OSError as err:
         raise InputError(f"{vocab_file}: cannot read vocab file ({err.strerror})") from err
+    if len(data) > VOCAB_LIMIT:
+        raise InputError(f"{vocab_file}: larger than {VOCAB_LIMIT >> 20} MiB, not a BERT vocab "
+                         f"(one token per line; BERT's has 30,522 in 226 KiB)")
     if not data.strip():
         raise InputError(f"{vocab_file}: vocab file is empty")
     if b"\0" in data:

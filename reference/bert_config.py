@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import stat
 from typing import Any, Mapping
 
 from absl import logging
@@ -28,6 +29,7 @@ ACTIVATIONS = ("gelu", "relu", "tanh", "linear")
 # whose [rows, vocab] logits the losses and metrics form at once (--masked_lm_block_rows; the
 # demo's 2,432 rows become 8 blocks of 304, 37 MB per float32 tensor). 0: all rows at once.
 MASKED_LM_BLOCK_ROWS = 512
+CONFIG_LIMIT = 1 << 20  # characters: a bert_config.json is a few hundred
 
 
 class ConfigError(UserError, ValueError):
@@ -156,10 +158,19 @@ def load_bert_config(path: str | os.PathLike) -> BertConfig:
             raise ConfigError(f"{path}: cannot read BERT config ({err.message})") from err
     else:
         try:
+            mode = os.stat(path).st_mode
+            if not stat.S_ISREG(mode):  # a FIFO would block the read, /dev/zero never end it
+                from cleanup_scripts.fileio import special_file_kind
+                raise ConfigError(f"{path}: is not a regular file ({special_file_kind(mode)})")
             with open(path, encoding="utf-8") as f:
-                text = f.read()
+                text = f.read(CONFIG_LIMIT + 1)
         except OSError as err:
             raise ConfigError(f"{path}: cannot read BERT config ({err.strerror})") from err
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"{path}: not UTF-8 text, not a BERT config") from err
+        if len(text) > CONFIG_LIMIT:
+            raise ConfigError(f"{path}: longer than {CONFIG_LIMIT >> 10} KiB, not a BERT "
+                              f"config")
     try:
         values = json.loads(text)
     except json.JSONDecodeError as err:

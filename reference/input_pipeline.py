@@ -40,6 +40,8 @@ globs, as the MLCommons reference's `--input_file`.
 from __future__ import annotations
 
 import itertools
+import os
+import stat
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterator, Mapping
@@ -48,6 +50,7 @@ import numpy as np
 import tensorflow as tf
 
 from benchmark.errors import UserError, one_line
+from cleanup_scripts.fileio import printable, special_file_kind
 from cleanup_scripts.pretraining_features import (DecodeError, FramingError, RecordLayout,
                                                   decode_example, feature_problem,
                                                   framed_records, packed_row_problem,
@@ -67,7 +70,8 @@ class InputError(UserError, ValueError):
 def expand_patterns(patterns: str, flag: str = "--input_file") -> list[str]:
     """The files matching comma-separated glob patterns, each pattern's matches sorted.
 
-    Raises InputError naming the flag and pattern when a pattern matches nothing.
+    Raises InputError naming the flag and pattern when a pattern matches nothing, and naming
+    the file when a local match is no regular file (a device such as /dev/zero, a FIFO).
     """
     files: list[str] = []
     for pattern in (p.strip() for p in (patterns or "").split(",")):
@@ -79,11 +83,28 @@ def expand_patterns(patterns: str, flag: str = "--input_file") -> list[str]:
             raise InputError(f"{flag}={pattern}: cannot list files ({one_line(err)})") from err
         matches = [m for m in matches if not tf.io.gfile.isdir(m)]
         if not matches:
-            raise InputError(f"{flag}={pattern}: no file matches")
+            raise InputError(f"{flag}={printable(pattern)}: no file matches")
+        for match in matches:
+            _require_regular(match, flag)
         files.extend(matches)
     if not files:
         raise InputError(f"{flag} is empty: give one or more TFRecord files or globs")
     return files
+
+
+def _require_regular(path: str, flag: str) -> None:
+    """InputError "<flag>: <path>: is not a regular file (a FIFO)" for a local `path` that is a
+    device, FIFO or socket: stat()ed only, since reading a FIFO waits for a writer for ever
+    and /dev/zero never ends (a remote path, gs://..., is an object: nothing to check)."""
+    if "://" in path:
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as err:
+        raise InputError(f"{flag}: {printable(path)}: cannot read ({err.strerror})") from err
+    if not stat.S_ISREG(mode):
+        raise InputError(f"{flag}: {printable(path)}: is not a regular file "
+                         f"({special_file_kind(mode)})")
 
 
 @dataclass(frozen=True)

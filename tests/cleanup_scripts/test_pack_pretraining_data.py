@@ -5,12 +5,13 @@ reference-checked `sample_results_dir`)."""
 from __future__ import annotations
 
 import collections
+import os
 
 import numpy as np
 import pytest
 
 from cleanup_scripts.create_pretraining_data import write_pretraining_data
-from cleanup_scripts.fileio import InputError
+from cleanup_scripts.fileio import InputError, expand_inputs
 from cleanup_scripts.pack_pretraining_data import (PackOptions, output_paths, pack_files,
                                                    read_sequences)
 from cleanup_scripts.packing import assign_sequences, length_histogram, pack_plan
@@ -281,3 +282,22 @@ def test_a_record_claiming_a_terabyte_is_one_line_in_bounded_memory(tmp_path):
     with pytest.raises(InputError, match=r"claims-a-terabyte: record 0: truncated at byte 112"):
         pack_files([str(source)], [str(output)], PackOptions(SEQ, PRED), nworker=1)
     assert not output.exists()
+
+
+def test_cli_names_a_fifo_or_device_input_for_what_it_is(real_records, tmp_path):
+    # A FIFO among the inputs was "input file does not exist"; it is there, but no file.
+    fifo = tmp_path / "part-00001-of-00500"
+    os.mkfifo(fifo)
+    for special, kind in ((fifo, "a FIFO"), ("/dev/zero", "a character device")):
+        result = run_module("cleanup_scripts.pack_pretraining_data",
+                            f"--input_file={real_records[0]},{special}",
+                            f"--output_file={tmp_path / 'packed'}", f"--max_seq_length={SEQ}",
+                            f"--max_predictions_per_seq={PRED}", "--nworker=1", check=False)
+        assert result.returncode == 1
+        assert result.stderr.strip().splitlines()[-1] == (
+            f"error: {special}: is not a regular file ({kind})")
+    assert not (tmp_path / "packed").exists()
+    with pytest.raises(InputError, match=f"^{real_records[0]}.txt: input file does not exist$"):
+        expand_inputs(real_records[0], ".txt")  # a reference-style stage's missing input
+    with pytest.raises(InputError, match=f"^{tmp_path}: is a directory, not an input file$"):
+        expand_inputs(str(tmp_path))

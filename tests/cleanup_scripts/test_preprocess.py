@@ -353,6 +353,55 @@ def test_directory_given_as_dump_is_called_a_directory(tmp_path):
     assert not (tmp_path / "out" / "text").exists()
 
 
+def preprocess_bounded(output: Path, *flags: str) -> subprocess.CompletedProcess:
+    """preprocess with a deadline: an input that blocks (a FIFO) fails the test, not hangs."""
+    return subprocess.run([sys.executable, "-m", "cleanup_scripts.preprocess",
+                           f"--output_dir={output}", *flags], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
+
+
+@pytest.mark.parametrize("flag", ["--dump", "--vocab_file"])
+def test_device_or_fifo_given_as_an_input_is_named_for_what_it_is(tmp_path, flag):
+    # --dump=/dev/zero was "does not exist"; a FIFO would block, /dev/zero fill the memory.
+    fifo = tmp_path / "named-pipe.xml"
+    os.mkfifo(fifo)
+    for special, kind in (("/dev/zero", "a character device"), (fifo, "a FIFO")):
+        result = preprocess_bounded(tmp_path / "out", f"{flag}={special}")
+        assert result.returncode == 1
+        assert result.stderr.strip().splitlines() == [
+            f"error: {special}: is not a regular file ({kind})"]
+    assert not (tmp_path / "out" / "text").exists()
+
+
+def test_special_file_in_the_results_text_folder_is_named(tmp_path):
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "part-00000-of-00500").write_text("a sentence.\n")
+    os.mkfifo(folder / "eval.txt")
+    result = preprocess_bounded(tmp_path / "out", f"--results_text={folder}")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: {folder / 'eval.txt'}: is not a regular file (a FIFO)")
+
+
+def test_dump_without_siteinfo_is_refused_before_the_first_stage(sample_dump_xml, tmp_path):
+    dump = tmp_path / "headless.xml"
+    dump.write_bytes(sample_dump_xml.replace(b"</siteinfo>", b""))
+    started = time.monotonic()
+    result = preprocess_bounded(tmp_path / "out", f"--dump={dump}")
+    print(f"refused in {time.monotonic() - started:.1f} s")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"error: {dump}: no </siteinfo> in its first 1 MiB: not the header of a MediaWiki dump "
+        f"(WikiExtractor would find no pages)"]
+    assert not (tmp_path / "out" / "text").exists()
+
+
+@pytest.fixture(scope="module")
+def sample_dump_xml() -> bytes:
+    return bz2.decompress(cleanup_scripts.SAMPLE_DUMP.read_bytes())
+
+
 # ---- a full disk --------------------------------------------------------------------------------
 
 DISK_FULL = ": no space left on device (file too large); free some space and run the same " \
