@@ -52,7 +52,7 @@ CHECK_ARGS ?=
 # paths with spaces or shell characters reach the scripts whole: make preprocess DUMP="a b".
 q = '$(subst ','\'',$(1))'
 
-.PHONY: install test test-all preprocess download upload verify train check example-submission bench bench-data bench-train clean-build
+.PHONY: install test test-all smoke preprocess download upload verify train check example-submission bench bench-data bench-train clean-build
 
 install:
 	$(PYTHON) -m venv $(VENV)
@@ -89,6 +89,16 @@ train:
 		$(if $(INIT_CHECKPOINT),--init_checkpoint=$(call q,$(INIT_CHECKPOINT))) \
 		$(if $(TPU_NAME),--tpu_name=$(call q,$(TPU_NAME))) $(if $(TPU_ZONE),--tpu_zone=$(call q,$(TPU_ZONE))) \
 		$(if $(GCP_PROJECT),--gcp_project=$(call q,$(GCP_PROJECT))) $(if $(PACKED),--packed) $(TRAIN_ARGS)
+
+# The whole path in about a minute: the slice's dataset, a few training steps of a tiny BERT
+# (reference/presets/smoke.json), one eval, and the check of the log it wrote.
+SMOKE_OUT ?= build/smoke
+smoke:
+	@$(MAKE) --no-print-directory preprocess OUT=$(call q,$(SMOKE_OUT)/dataset)
+	@rm -rf $(call q,$(SMOKE_OUT)/train)
+	@$(MAKE) --no-print-directory train PRESET=smoke DATA=$(call q,$(SMOKE_OUT)/dataset/tfrecords) \
+		TRAIN_OUT=$(call q,$(SMOKE_OUT)/train)
+	@$(MAKE) --no-print-directory check LOG=$(call q,$(SMOKE_OUT)/train/mlperf.log)
 
 # Ten real demo runs laid out as an (open division) submission, then checked.
 EXAMPLE_ARGS ?=
