@@ -59,7 +59,7 @@ from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir, expand
 from cleanup_scripts.pretraining_features import PretrainingEncoder
 from cleanup_scripts.pretraining_instances import (KEEP, MAX_SEQ_LENGTH, Corpus, Instances,
                                                    MaskingConfig, create_instances)
-from cleanup_scripts.runner import StageSummary, report, total_bytes
+from cleanup_scripts.runner import StageSummary, inner_bar_disabled, report, total_bytes
 from cleanup_scripts.tokenization import FullTokenizer
 
 WRITE_BATCH = 1024
@@ -77,7 +77,7 @@ def read_corpus(input_files: list[str], tokenizer: FullTokenizer) -> Corpus:
         size = total_bytes(input_files)
     except OSError as err:
         raise InputError(f"{err.filename}: cannot read input ({err.strerror})") from err
-    bar = tqdm(total=size, desc="tokenizing", unit="B", unit_scale=True, disable=None,
+    bar = tqdm(total=size, desc="tokenizing", unit="B", unit_scale=True, disable=inner_bar_disabled(),
                leave=False)
     try:
         for path in input_files:
@@ -174,7 +174,7 @@ def write_instances(writer: RecordWriter, order: list[int], output_files: list[s
     order_array = np.asarray(order, dtype=np.int64)
     with contextlib.ExitStack() as stack:
         handles = [stack.enter_context(atomic_output(path, "wb")) for path in output_files]
-        with tqdm(total=len(order), desc="writing", unit="record", disable=None,
+        with tqdm(total=len(order), desc="writing", unit="record", disable=inner_bar_disabled(),
                   leave=False) as bar:
             for begin in range(0, len(order), WRITE_BATCH):
                 records = writer.records(order_array[begin:begin + WRITE_BATCH])

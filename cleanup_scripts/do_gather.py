@@ -106,7 +106,8 @@ def gather(sources: list[GatherSource], out_dir: str, block_size_mb: float, num_
         for count, members in enumerate(plan_parts(run_sizes, block_size_mb)):
             paths = [sources[run[i]].text_path for i in members]
             jobs.append((os.path.join(out_dir, part_name(count, worker_id, num_outputs)), paths))
-    map_in_workers(write_part, jobs, nprocs, desc="do_gather")
+    map_in_workers(write_part, jobs, nprocs, desc="do_gather",
+                   sizes=[sum(map(os.path.getsize, paths)) for _, paths in jobs])
     return [path for path, _ in jobs]
 
 

@@ -57,14 +57,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from tqdm import tqdm
-
 from benchmark import constants
 from benchmark.errors import exit_on_user_error
 from cleanup_scripts.fileio import (DiskFullError, InputError, disk_full, ensure_dir,
                                     require_regular_file, temporary_name)
 from cleanup_scripts import dump_chunks, wikiextractor_275
-from cleanup_scripts.runner import StageSummary, report
+from cleanup_scripts.runner import StageProgress, StageSummary, report
 
 MIN_FILE_SIZE = 200 * 1024  # WikiExtractor's own lower limit for --bytes
 CHUNK_BYTES = 16 << 20  # decoded dump text per worker task
@@ -360,12 +358,12 @@ def _extract_chunk(chunk: dump_chunks.Chunk) -> tuple:
     return (ids[0] if ids else None), (ids[-1] if ids else None), texts
 
 
-def _in_order(pool, chunks: Iterator[dump_chunks.Chunk], window: int,
-              bar: tqdm) -> Iterator[list]:
-    """`_extract_chunk` over `chunks` in `pool`, the texts in chunk order, with at most
-    `window` chunks in flight (a serially read dump is never all in memory). A chunk's first
-    page is left out when its id repeats the previous chunk's last page id, as the script's
-    page reader, reading on, would have skipped it."""
+def _in_order(pool, chunks: Iterator[dump_chunks.Chunk], window: int
+              ) -> Iterator[tuple[dump_chunks.Chunk, list]]:
+    """`_extract_chunk` over `chunks` in `pool`: each chunk with its texts, in chunk order,
+    with at most `window` chunks in flight (a serially read dump is never all in memory). A
+    chunk's first page is left out when its id repeats the previous chunk's last page id, as
+    the script's page reader, reading on, would have skipped it."""
     pending: collections.deque = collections.deque()
     previous_last = None
     chunks = iter(chunks)
@@ -381,8 +379,7 @@ def _in_order(pool, chunks: Iterator[dump_chunks.Chunk], window: int,
         first, last, texts = result.get()
         drop_first = first is not None and first == previous_last
         previous_last = last if last is not None else previous_last
-        bar.update(chunk.size)
-        yield [text for ordinal, text in texts if not (drop_first and ordinal == 0)]
+        yield chunk, [text for ordinal, text in texts if not (drop_first and ordinal == 0)]
 
 
 def _serial_chunks(settings: _Settings) -> Iterator[dump_chunks.Chunk]:
@@ -396,18 +393,20 @@ def _serial_chunks(settings: _Settings) -> Iterator[dump_chunks.Chunk]:
 
 def _write_pages(settings: _Settings, pool, chunks) -> int:
     """The script's output files from `chunks` (None: the dump read serially here), written
-    in dump order through its `OutputSplitter`; returns the number of pages written."""
+    in dump order through its `OutputSplitter`; returns the number of pages written. The
+    stage's progress bar counts the pages written and the dump's (compressed) bytes read."""
     splitter = _script.OutputSplitter(_script.NextFile(str(settings.building)), settings.size,
                                       False)
     pages = 0
     source = chunks if chunks is not None else _serial_chunks(settings)
     try:
-        with tqdm(total=settings.input_path.stat().st_size, unit="B", unit_scale=True,
-                  unit_divisor=1024, desc="extract", leave=False, disable=None) as bar:
-            for texts in _in_order(pool, source, 2 * settings.processes + 2, bar):
+        with StageProgress("extract", None, settings.input_path.stat().st_size,
+                           unit="pages") as bar:
+            for chunk, texts in _in_order(pool, source, 2 * settings.processes + 2):
                 for text in texts:
                     splitter.write(text)
                 pages += len(texts)
+                bar.advance(len(texts), chunk.size)
         splitter.close()
     except OSError as err:
         name = settings.final / Path(splitter.file.name).relative_to(settings.building)
@@ -476,6 +475,10 @@ def _run_wikiextractor(conn, settings: _Settings) -> None:
     signal.signal(signal.SIGTERM, _stop_once)
     status, outcome = 1, ("error", "interrupted")
     try:
+        # The script logs a line per article at INFO on the root logger, and its `-q` leaves
+        # that logger's level as the caller set it (absl: INFO): here and in the workers
+        # forked from here, only its warnings and errors pass, unless asked to be verbose.
+        logging.getLogger().setLevel(logging.INFO if settings.verbose else logging.WARNING)
         _script = wikiextractor_275.load()
         _script.time = PinnedClock(settings.when)
         pages: list[int] = []

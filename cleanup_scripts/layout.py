@@ -54,6 +54,11 @@ class DatasetLayout:
     def state_dir(self) -> Path:
         return self.root / ".state"
 
+    @property
+    def results_source(self) -> Path:
+        """Where a run from --results_text notes the folder it imports (absent for a dump)."""
+        return self.state_dir / "import_results.source"
+
     def extracted_files(self) -> list[Path]:
         """The extracted files in the reference's order (sorted `text/*/wiki_??`)."""
         return sorted(self.text_dir.glob("*/wiki_??"), key=str)

@@ -357,13 +357,14 @@ def pack_files(input_files: list[str], output_files: list[str], options: PackOpt
     stats = PackStats(max_seq_length=options.max_seq_length)
     # One pool of spawned workers for both passes: each imports TensorFlow once.
     nworker = min(worker_count(nworker), len(input_files))
+    sizes = [os.path.getsize(path) for path in input_files]
     with shared_workers(nworker, "spawn"):
         scans = map_in_workers(scan_file, [(path, options) for path in input_files], nworker,
-                               desc="pack: scan", start_method="spawn")
+                               desc="pack: scan", start_method="spawn", sizes=sizes)
         width = max(max_predictions or max(scan.max_row_predictions for scan in scans), 1)
         for done in map_in_workers(pack_file, [(path, output, options, width) for path, output
                                                in zip(input_files, output_files)], nworker,
-                                   desc="pack: write", start_method="spawn"):
+                                   desc="pack: write", start_method="spawn", sizes=sizes):
             stats.add(done)
     layout = RecordLayout(True, options.max_seq_length, width, options.max_sequences_per_pack)
     return PackResult(stats, layout, time.time() - started, total_bytes(input_files))

@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 from absl import logging
@@ -61,8 +61,11 @@ def _canonical(record: bytes, spec, path: str, index: int) -> dict[str, np.ndarr
 def pick_examples(input_tfrecord: str, output_tfrecord: str,
                   num_examples_to_pick: int = constants.EVAL_SAMPLES,
                   max_seq_length: int = constants.MAX_SEQ_LENGTH,
-                  max_predictions_per_seq: int = constants.MAX_PREDICTIONS_PER_SEQ) -> int:
+                  max_predictions_per_seq: int = constants.MAX_PREDICTIONS_PER_SEQ,
+                  progress: Callable[[int], None] | None = None) -> int:
     """Write the picked records of `input_tfrecord` to `output_tfrecord`; returns how many.
+
+    `progress(n)`, when given, is called as each batch of n picked records is written.
 
     InputError (and no output file) for an unreadable, empty or damaged input, a record that
     does not match the feature spec, or an output that cannot be written.
@@ -94,6 +97,8 @@ def pick_examples(input_tfrecord: str, output_tfrecord: str,
             columns = {name: np.stack([features[name] for features in batch]).reshape(
                 len(batch), -1) for name in spec}
             out.write(b"".join(frame_record(record) for record in encode_examples(columns)))
+            if progress is not None:
+                progress(len(batch))
             batch.clear()
 
         for index, record in enumerate(read_records(input_tfrecord)):

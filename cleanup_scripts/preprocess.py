@@ -71,8 +71,8 @@ from cleanup_scripts.pack_pretraining_data import (MAX_SEQUENCES_PER_PACK, PackO
                                                    pack_files)
 from cleanup_scripts.pack_pretraining_data import check_options as check_pack_options
 from cleanup_scripts.packing import PackStats
-from cleanup_scripts.runner import (StageSummary, map_in_workers, report, total_bytes,
-                                    worker_count)
+from cleanup_scripts.runner import (StageProgress, StageSummary, map_in_workers, report, say,
+                                    total_bytes, worker_count)
 from cleanup_scripts.seperate_test_set import separate_files
 
 SAMPLE_NUM_TEST_ARTICLES = 20
@@ -224,8 +224,7 @@ def _unfinished(jobs: list[tuple], ledger: OutputLedger, options: Options, stage
     entries = ledger.entries()
     todo = [job for job in jobs if not ledger.intact(job[1], entries, options.verify_outputs)]
     if len(todo) < len(jobs):
-        logging.info("%s: %d of %d outputs already finished, kept", stage,
-                     len(jobs) - len(todo), len(jobs))
+        say(f"{stage}: {len(jobs) - len(todo)} of {len(jobs)} outputs already finished, kept")
     return todo
 
 
@@ -247,9 +246,11 @@ def _per_file_stage(name: str, function: Callable[[tuple[str, str]], int],
         if not jobs:
             raise InputError(f"{layout.text_dir}: no extracted files (text/*/wiki_??)")
         jobs = _unfinished(jobs, ledger, options, name)
-        records = map_in_workers(_Recorded(function, ledger), jobs, options.nworker, desc=name)
-        return StageSummary(name, len(jobs), sum(records), total_bytes(s for s, _ in jobs),
-                            started)
+        sizes = [os.path.getsize(source) for source, _ in jobs]
+        with StageProgress(name, len(jobs), sum(sizes)):
+            records = map_in_workers(_Recorded(function, ledger), jobs, options.nworker,
+                                     desc=name, sizes=sizes)
+        return StageSummary(name, len(jobs), sum(records), sum(sizes), started)
     return run
 
 
@@ -259,8 +260,9 @@ def run_separate(layout: DatasetLayout, options: Options, ledger: OutputLedger
     shutil.rmtree(layout.work_dir("train"), ignore_errors=True)
     jobs = _mirror_jobs(layout, "sentences", "train")
     ensure_dir(layout.results_dir)
-    held_out = separate_files(jobs, options.num_test_articles, options.seed,
-                              str(layout.results_dir / "eval"), options.nworker)
+    with StageProgress("separate", len(jobs), total_bytes(s for s, _ in jobs)):
+        held_out = separate_files(jobs, options.num_test_articles, options.seed,
+                                  str(layout.results_dir / "eval"), options.nworker)
     ledger.record_all([target for _, target in jobs] + [layout.results_dir / "eval.txt",
                                                         layout.results_dir / "eval.md5"])
     return StageSummary("separate", len(jobs), held_out, total_bytes(s for s, _ in jobs),
@@ -273,8 +275,10 @@ def run_gather(layout: DatasetLayout, options: Options, ledger: OutputLedger) ->
         old.unlink()
     sources = [GatherSource(str(extracted), str(layout.mirror(extracted, "train")))
                for extracted in layout.extracted_files()]
-    parts = gather(sources, str(layout.results_dir), options.block_size,
-                   constants.GATHER_NUM_OUTPUTS, nworker=1, nprocs=options.nworker)
+    with StageProgress("gather", None, total_bytes(s.text_path for s in sources),
+                       unit="parts"):
+        parts = gather(sources, str(layout.results_dir), options.block_size,
+                       constants.GATHER_NUM_OUTPUTS, nworker=1, nprocs=options.nworker)
     ledger.record_all(parts)
     return StageSummary("gather", len(sources), len(parts),
                         total_bytes(s.text_path for s in sources), started)
@@ -460,10 +464,12 @@ def run_import_results(layout: DatasetLayout, options: Options, ledger: OutputLe
                 stray.unlink()
     jobs = import_jobs(layout, options, ledger, ledger.entries())
     if len(jobs) < len(wanted):
-        logging.info("import_results: %d of %d files already in place, kept",
-                     len(wanted) - len(jobs), len(wanted))
-    check_official_md5s(jobs, options.nworker)
-    copied = map_in_workers(_PlaceOne(ledger), jobs, options.nworker, desc="import_results")
+        say(f"import_results: {len(wanted) - len(jobs)} of {len(wanted)} files already in "
+            f"place, kept")
+    check_official_md5s(jobs, options.nworker)  # hashed before the stage (check_inputs)
+    with StageProgress("import_results", len(jobs)):
+        copied = map_in_workers(_PlaceOne(ledger), jobs, options.nworker,
+                                desc="import_results")
     if any(copied):
         logging.warning("import_results: %d of %d files copied, not hard-linked (%s is on "
                         "another file system or refuses links)", sum(copied), len(jobs),
@@ -509,10 +515,11 @@ def run_tfrecords(layout: DatasetLayout, options: Options, ledger: OutputLedger
     ensure_dir(layout.tfrecord_dir)
     jobs = _unfinished([(str(text), str(target), options) for text, target in
                         layout.tfrecord_sources()], ledger, options, "tfrecords")
-    records = map_in_workers(_Recorded(_pretraining_job, ledger), jobs, options.nworker,
-                             desc="tfrecords")
-    return StageSummary("tfrecords", len(jobs), sum(records),
-                        total_bytes(text for text, _, _ in jobs), started)
+    sizes = [os.path.getsize(text) for text, _, _ in jobs]
+    with StageProgress("tfrecords", len(jobs), sum(sizes)):
+        records = map_in_workers(_Recorded(_pretraining_job, ledger), jobs, options.nworker,
+                                 desc="tfrecords", sizes=sizes)
+    return StageSummary("tfrecords", len(jobs), sum(records), sum(sizes), started)
 
 
 def run_eval_10k(layout: DatasetLayout, options: Options, ledger: OutputLedger
@@ -520,9 +527,10 @@ def run_eval_10k(layout: DatasetLayout, options: Options, ledger: OutputLedger
     started = time.time()
     source = layout.tfrecord_dir / "eval_intermediate"
     target = layout.tfrecord_dir / "eval_10k"
-    picked = pick_eval_samples.pick_examples(
-        str(source), str(target), options.num_eval_examples, options.max_seq_length,
-        options.max_predictions_per_seq)
+    with StageProgress("eval_10k", options.num_eval_examples, unit="records") as bar:
+        picked = pick_eval_samples.pick_examples(
+            str(source), str(target), options.num_eval_examples, options.max_seq_length,
+            options.max_predictions_per_seq, progress=bar.advance)
     ledger.record(target)
     return StageSummary("eval_10k", 1, picked, os.path.getsize(source), started)
 
@@ -548,13 +556,14 @@ def run_pack(layout: DatasetLayout, options: Options, ledger: OutputLedger) -> P
     settings = PackOptions(options.max_seq_length, options.max_predictions_per_seq,
                            options.max_sequences_per_pack, options.random_seed)
     packing = PackStats(max_seq_length=options.max_seq_length)
-    for group in (pairs[:-1], pairs[-1:]):
-        result = pack_files([str(source) for source, _ in group],
-                            [str(target) for _, target in group], settings, options.nworker)
-        ledger.record_all(target for _, target in group)
-        packing.add(result.stats)
-    return PackSummary("pack", len(pairs), packing.rows,
-                       total_bytes(str(source) for source, _ in pairs), started, packing)
+    nbytes = total_bytes(str(source) for source, _ in pairs)
+    with StageProgress("pack", 2 * len(pairs), 2 * nbytes):  # each file scanned, then packed
+        for group in (pairs[:-1], pairs[-1:]):
+            result = pack_files([str(source) for source, _ in group],
+                                [str(target) for _, target in group], settings, options.nworker)
+            ledger.record_all(target for _, target in group)
+            packing.add(result.stats)
+    return PackSummary("pack", len(pairs), packing.rows, nbytes, started, packing)
 
 
 def run_manifest(layout: DatasetLayout, options: Options, ledger: OutputLedger
@@ -564,14 +573,16 @@ def run_manifest(layout: DatasetLayout, options: Options, ledger: OutputLedger
     folders += [layout.packed_dir] if options.pack else []
     outputs = sorted(p for folder in folders
                      for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
-    with atomic_output(layout.manifest) as out:
+    sizes = [path.stat().st_size for path in outputs]
+    with atomic_output(layout.manifest) as out, \
+            StageProgress("manifest", len(outputs), sum(sizes)) as bar:
         out.write("path\tbytes\tmd5\n")
-        for path in outputs:
-            out.write(f"{path.relative_to(layout.root)}\t{path.stat().st_size}\t"
-                      f"{files.md5_file(path)}\n")
+        for path, size in zip(outputs, sizes):
+            out.write(f"{path.relative_to(layout.root)}\t{size}\t"
+                      f"{files.md5_file(path, progress=False)}\n")
+            bar.advance(1, size)
     ledger.record(layout.manifest)
-    return StageSummary("manifest", len(outputs), len(outputs),
-                        total_bytes(map(str, outputs)), started)
+    return StageSummary("manifest", len(outputs), len(outputs), sum(sizes), started)
 
 
 _PRETRAINING_PARAMS = ("vocab_file", "do_lower_case", "max_seq_length", "max_predictions_per_seq",
@@ -724,7 +735,7 @@ def leave_other_route(layout: DatasetLayout, options: Options, stages: tuple[Sta
 
 def _results_source(layout: DatasetLayout) -> Path:
     """Where a run from --results_text notes the folder, before its first stage."""
-    return layout.state_dir / "import_results.source"
+    return layout.results_source
 
 
 def _source_read(source: Path) -> str | None:
@@ -847,7 +858,7 @@ def _run_stages(layout: DatasetLayout, options: Options) -> None:
             required = stage.outputs(layout) if stage.outputs is not None else []
             damaged = ledger.damaged(options.verify_outputs, required)
             if not damaged:
-                logging.info("%s: already done with these parameters, skipped", stage.name)
+                say(f"{stage.name}: already done with these parameters, skipped")
                 continue
             logging.warning("%s: %d finished output(s) missing or changed since (first: %s); "
                             "redoing them", stage.name, len(damaged), damaged[0])
@@ -956,8 +967,15 @@ def options_from_flags() -> Options:
 
 
 def main(argv: list[str]) -> None:
-    """Entry point for `python -m cleanup_scripts.preprocess`."""
+    """Entry point for `python -m cleanup_scripts.preprocess`.
+
+    The console gets one line per stage (its summary, or why it was skipped), a progress bar
+    while it runs (on a terminal), warnings and errors; nothing per file or article. absl's
+    INFO lines (the stages' per-file counts) show with --verbosity=0.
+    """
     del argv
+    if not FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)
     started = time.time()
     try:
         run_pipeline(FLAGS.output_dir, options_from_flags())

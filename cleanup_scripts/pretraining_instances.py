@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from cleanup_scripts.mt_stream import (MAX_CHAR_BITS, ShuffleScanner, WordStream, randbelow_bulk,
                                        random_below, shuffle_heads)
+from cleanup_scripts.runner import inner_bar_disabled
 
 # Longest --max_seq_length (see the module docstring).
 MAX_SEQ_LENGTH = 4096
@@ -347,7 +348,7 @@ def create_instances(corpus: Corpus, config: MaskingConfig, dupe_factor: int,
     rng.shuffle(documents)
     stream = WordStream(rng)
     maker = InstanceMaker(corpus, documents, config, stream)
-    with tqdm(total=dupe_factor * len(documents), desc="instances", unit="doc", disable=None,
+    with tqdm(total=dupe_factor * len(documents), desc="instances", unit="doc", disable=inner_bar_disabled(),
               leave=False) as bar:
         for _ in range(dupe_factor):
             for document_index in range(len(documents)):

@@ -1,7 +1,16 @@
-"""Running a stage over many files: worker pools, progress bars, summary lines."""
+"""Running a stage over many files: worker pools, progress bars, summary lines.
+
+What a stage shows on the console: one progress bar while it runs (`StageProgress`: items done
+of their total, bytes with MB/s where the stage knows them, an ETA), on stderr and only when
+stderr is a terminal, cleared when the stage ends; then its one summary line (`report`).
+Nothing per item: while a stage's bar is open, `map_in_workers` advances it instead of
+drawing its own, and the bars inside a stage's work (`inner_bar_disabled`) stay hidden, in
+this process and in the worker processes forked from it.
+"""
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing
 import multiprocessing.pool
 import os
@@ -11,7 +20,6 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 
-from absl import logging
 from tqdm import tqdm
 
 from cleanup_scripts.fileio import expand_inputs
@@ -55,32 +63,142 @@ def shared_workers(nworker: int, start_method: str = "fork") -> Iterator[None]:
             _SharedPool.pool, _SharedPool.size, _SharedPool.start_method = None, 0, ""
 
 
+class StageProgress:
+    """The one progress bar of a stage, on stderr when it is a terminal (tqdm's `disable=None`),
+    cleared when the stage ends (its summary line follows).
+
+    `items`: how many `unit` (files, parts, records) the stage works through; None when it is
+    not known up front (then each `map_in_workers` call inside adds its items to the total).
+    `nbytes`: the input bytes the stage reads, when known: the bar then counts bytes, with
+    MB/s and an ETA from them, and the items done go before it ("clean 3/5 files"); without
+    it the bar counts items. Open as a context manager: while it is open it is the stage's
+    bar (`active`), and bars inside the stage's work stay hidden.
+    """
+
+    def __init__(self, stage: str, items: int | None, nbytes: int | None = None,
+                 unit: str = "files") -> None:
+        self.stage, self.items, self.nbytes, self.unit = stage, items, nbytes, unit
+        self.done = 0
+        self.discover = items is None
+        self.bar: tqdm | None = None
+
+    def __enter__(self) -> "StageProgress":
+        by_bytes = self.nbytes is not None
+        self.bar = tqdm(total=self.nbytes if by_bytes else self.items, desc=self._desc(),
+                        unit="B" if by_bytes else f" {self.unit}", unit_scale=by_bytes,
+                        unit_divisor=1000, leave=False, disable=None, file=sys.stderr,
+                        dynamic_ncols=True, mininterval=0.5)
+        _ActiveBar.stack.append(self)
+        _ActiveBar.pid = os.getpid()
+        self._handlers = list(logging.getLogger().handlers)
+        for handler in self._handlers:  # a warning clears the bar first, not mixed into it
+            handler.addFilter(self._clear_for_log)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        for handler in self._handlers:
+            handler.removeFilter(self._clear_for_log)
+        _ActiveBar.stack.remove(self)
+        if self.bar is not None:
+            self.bar.close()
+
+    def _clear_for_log(self, record: logging.LogRecord) -> bool:
+        """A logging filter that lets every record through, clearing the bar's line first
+        (it is drawn again at its next update)."""
+        if self.bar is not None and not self.bar.disable and os.getpid() == _ActiveBar.pid:
+            self.bar.clear()
+        return True
+
+    def _desc(self) -> str:
+        if self.nbytes is None:
+            return self.stage
+        total = f"/{self.items}" if self.items is not None else ""
+        return f"{self.stage} {self.done}{total} {self.unit}"
+
+    def expect(self, items: int) -> None:
+        """Add `items` to a total that was not known up front (a no-op when it was)."""
+        if not self.discover:
+            return
+        self.items = (self.items or 0) + items
+        if self.bar is not None and self.nbytes is None:
+            self.bar.total = self.items
+            self.bar.refresh()
+
+    def advance(self, items: int = 1, nbytes: int | None = None) -> None:
+        """`items` more done, having read `nbytes` (None: the average item's share)."""
+        self.done += items
+        if self.bar is None:
+            return
+        if self.nbytes is None:
+            self.bar.update(items)
+            return
+        if nbytes is None:
+            nbytes = self.nbytes * items // max(self.items or 1, 1)
+        self.bar.set_description_str(self._desc(), refresh=False)
+        self.bar.update(nbytes)
+
+
+class _ActiveBar:
+    """The open `StageProgress` bars of the process `pid` (the last is the stage's); a forked
+    worker inherits them, which tells it that a stage's bar is shown by its parent."""
+
+    stack: list[StageProgress] = []
+    pid = 0
+
+
+def active_stage_bar() -> StageProgress | None:
+    """The stage bar this process has open, if any (never one a parent process opened)."""
+    if _ActiveBar.stack and _ActiveBar.pid == os.getpid():
+        return _ActiveBar.stack[-1]
+    return None
+
+
+def inner_bar_disabled() -> bool | None:
+    """tqdm's `disable` for a bar inside a stage's work: True (hidden) while a stage's bar is
+    open, here or in the process that forked this one; else None (shown on a terminal)."""
+    return True if _ActiveBar.stack else None
+
+
 def map_in_workers(function: Callable[[Item], Result], items: Sequence[Item], nworker: int,
-                   desc: str, start_method: str = "fork") -> list[Result]:
-    """Apply `function` to each item in up to `nworker` processes, in order, with a progress bar.
+                   desc: str, start_method: str = "fork",
+                   sizes: Sequence[int] | None = None) -> list[Result]:
+    """Apply `function` to each item in up to `nworker` processes, in order, with progress.
 
     `function` must be picklable (a module-level function). Returns results in item order.
     Inside `shared_workers(nworker, start_method)` the shared pool does the work. start_method
     "spawn" starts fresh interpreters instead of forking this one: for work that imports
     TensorFlow, whose threads do not survive a fork of a process that has imported it.
+    Progress: the open stage bar (`StageProgress`) advances by one item and its entry of
+    `sizes` (the bytes each item reads) per item done; without one, a bar of its own, `desc`,
+    counts the items.
     """
     wanted = worker_count(nworker)
     nworker = min(wanted, max(1, len(items)))
-    bar = tqdm(total=len(items), desc=desc, unit="file", disable=None, leave=False)
+    stage_bar = active_stage_bar()
+    if stage_bar is not None:
+        stage_bar.expect(len(items))
+        own = None
+        advance = stage_bar.advance
+    else:
+        own = tqdm(total=len(items), desc=desc, unit="file", disable=inner_bar_disabled(),
+                   leave=False, file=sys.stderr)
+        advance = lambda items, nbytes: own.update(items)  # noqa: E731
+    sizes = list(sizes) if sizes is not None else [None] * len(items)
     try:
         if nworker == 1:
             results = []
-            for item in items:
+            for item, size in zip(items, sizes):
                 results.append(function(item))
-                bar.update()
+                advance(1, size)
             return results
         if _SharedPool.pool is not None and _SharedPool.size == wanted and \
                 _SharedPool.start_method == start_method:
-            return _collect(_SharedPool.pool, function, items, bar)
+            return _collect(_SharedPool.pool, function, items, sizes, advance)
         with multiprocessing.get_context(start_method).Pool(nworker) as pool:
-            return _collect(pool, function, items, bar)
+            return _collect(pool, function, items, sizes, advance)
     finally:
-        bar.close()
+        if own is not None:
+            own.close()
 
 
 class _WorkerPeak:
@@ -101,13 +219,14 @@ class _WithPeak:
 
 
 def _collect(pool: multiprocessing.pool.Pool, function: Callable[[Item], Result],
-             items: Sequence[Item], bar: tqdm) -> list[Result]:
-    """`function` over `items` in `pool`, results in item order, advancing `bar` per item."""
+             items: Sequence[Item], sizes: list[int | None],
+             advance: Callable[[int, int | None], None]) -> list[Result]:
+    """`function` over `items` in `pool`, results in item order, `advance(1, size)` per item."""
     results = []
-    for result, peak_kib in pool.imap(_WithPeak(function), items):
+    for (result, peak_kib), size in zip(pool.imap(_WithPeak(function), items), sizes):
         results.append(result)
         _WorkerPeak.kib = max(_WorkerPeak.kib, peak_kib)
-        bar.update()
+        advance(1, size)
     return results
 
 
@@ -139,9 +258,12 @@ class StageSummary:
 
 
 def report(summary: StageSummary) -> None:
-    """Log a stage's summary line through absl logging and echo it on stderr."""
-    line = summary.line()
-    logging.info(line)
+    """Print a stage's summary line on stderr: the stage's one line (never logged as well)."""
+    say(summary.line())
+
+
+def say(line: str) -> None:
+    """Print one line about a stage (its summary, or why it was skipped) on stderr."""
     print(line, file=sys.stderr, flush=True)
 
 
@@ -158,7 +280,8 @@ def run_suffix_stage(stage: str, function: Callable[[tuple[str, str]], int], pat
     started = time.time()
     inputs = expand_inputs(pattern, input_suffix)
     jobs = [(path + input_suffix, path + output_suffix) for path in inputs]
-    records = map_in_workers(function, jobs, nworker, desc=stage)
-    report(StageSummary(stage, len(jobs), sum(records), total_bytes(job[0] for job in jobs),
-                        started))
+    sizes = [os.path.getsize(source) for source, _ in jobs]
+    with StageProgress(stage, len(jobs), sum(sizes)):
+        records = map_in_workers(function, jobs, nworker, desc=stage, sizes=sizes)
+    report(StageSummary(stage, len(jobs), sum(records), sum(sizes), started))
 

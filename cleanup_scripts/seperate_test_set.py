@@ -112,7 +112,8 @@ def separate_files(pairs: list[tuple[str, str]], num_test_articles: int, seed: i
     """
     jobs = [SeparationJob(source, target, index, len(pairs), num_test_articles, seed)
             for index, (source, target) in enumerate(pairs)]
-    per_file = map_in_workers(separate_file, jobs, nworker, desc="seperate_test_set")
+    per_file = map_in_workers(separate_file, jobs, nworker, desc="seperate_test_set",
+                              sizes=[os.path.getsize(job.input_path) for job in jobs])
     test_articles = [article for articles in per_file for article in articles]
     write_test_set(test_articles, test_output)
     return len(test_articles)

@@ -1,9 +1,164 @@
-"""`python -m cleanup_scripts.verify`: check a folder or a bucket copy against the official md5s.
+"""`python -m cleanup_scripts.verify DIR` (`make verify`): check a folder or a bucket copy.
 
-The command line of `cleanup_scripts.artifacts.verify` (see there), kept under its old name.
+    python -m cleanup_scripts.verify DIR        a download folder, a reference tree, a bucket
+    python -m cleanup_scripts.verify OUT        a `make preprocess` output (manifest.tsv, .state/)
+
+Any DIR but a preprocess output: the command line of `cleanup_scripts.artifacts.verify` (see
+there), every known official artifact `ok`, `differs` or `missing`.
+
+A preprocess output is checked for what it is, a dataset this harness built:
+1. every file its `manifest.tsv` lists is still as recorded (size; md5 where the mtime differs
+   from the stage's record in `.state/`, every md5 with --rehash): this decides the exit
+   status (1 when a file is missing or changed);
+2. the files it holds that have official values (`checksums/`) are compared with them. A build
+   from a dump is not byte-identical to the official text (see README, "What is bit-exact"), so
+   there a difference is reported, not an error; a build from the official text
+   (--results_text) must match, and a difference exits 1;
+3. the official files it does not hold are counted, not listed as missing: the inputs
+   preprocess never writes (config, vocab, checkpoints, the dump: `make download`), and the
+   outputs this build did not make (the embedded slice gives 2 parts, not 500).
 """
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
 from benchmark.errors import exit_on_user_error
-from cleanup_scripts.artifacts.verify import main
+from benchmark.files import InputError, md5_file
+from cleanup_scripts import checksums
+from cleanup_scripts.artifacts import verify as artifacts_verify
+from cleanup_scripts.artifacts.verify_dir import check_artifact, format_finding
+from cleanup_scripts.layout import DatasetLayout
+from cleanup_scripts.ledger import Entry, OutputLedger
+from cleanup_scripts.runner import StageSummary, report
+
+# The official artifacts that preprocess never writes (checksums/inputs.md5).
+INPUT_GROUP = "inputs"
+
+
+def is_preprocess_output(directory: str) -> bool:
+    """Whether `directory` is a folder `make preprocess` wrote (manifest.tsv and .state/)."""
+    if directory.startswith("gs://"):
+        return False
+    layout = DatasetLayout(Path(directory))
+    return layout.manifest.is_file() and layout.state_dir.is_dir()
+
+
+def read_manifest(path: Path) -> dict[str, tuple[int, str]]:
+    """{relative path: (bytes, md5)} of a preprocess manifest.tsv; InputError if malformed."""
+    rows = {}
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: cannot read the manifest ({err})") from err
+    for number, line in enumerate(lines[1:], start=2):
+        fields = line.split("\t")
+        if len(fields) != 3 or not fields[1].isdigit() or len(fields[2]) != 32:
+            raise InputError(f"{path}:{number}: not a 'path<TAB>bytes<TAB>md5' row")
+        rows[fields[0]] = (int(fields[1]), fields[2])
+    return rows
+
+
+def recorded_mtimes(layout: DatasetLayout) -> dict[str, int]:
+    """{relative path: mtime_ns} of every output the stages recorded in `.state/*.outputs`."""
+    mtimes: dict[str, int] = {}
+    for ledger_path in sorted(layout.state_dir.glob("*.outputs")):
+        entries: dict[str, Entry] = OutputLedger(ledger_path, layout.root).entries()
+        mtimes.update({name: entry.mtime_ns for name, entry in entries.items()})
+    return mtimes
+
+
+def manifest_problems(layout: DatasetLayout, rehash: bool) -> tuple[list[str], int, int]:
+    """(a line per listed file that is missing or changed, files listed, their bytes)."""
+    rows = read_manifest(layout.manifest)
+    mtimes = recorded_mtimes(layout)
+    problems = []
+    for name, (size, md5) in rows.items():
+        path = layout.root / name
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
+            problems.append(f"missing  {name}  [listed in manifest.tsv]")
+            continue
+        if stat.st_size != size:
+            problems.append(f"changed  {name}  [{stat.st_size} bytes, manifest.tsv has {size}]")
+        elif rehash or mtimes.get(name) != stat.st_mtime_ns:
+            actual = md5_file(path, progress=False)
+            if actual != md5:
+                problems.append(f"changed  {name}  [md5 {actual}, manifest.tsv has {md5}]")
+    return problems, len(rows), sum(size for size, _ in rows.values())
+
+
+def verify_preprocess_output(directory: str, rehash: bool) -> bool:
+    """Print the report on a preprocess output (see the module doc); True when it passes."""
+    started = time.time()
+    root = Path(directory)
+    layout = DatasetLayout(root)
+    from_results = layout.results_source.is_file()
+    route = "the official results/ text" if from_results else "a dump"
+    print(f"{directory}: a make preprocess output (from {route}): checking the files its "
+          f"manifest.tsv lists, then those with official md5s or sizes")
+    problems, listed, listed_bytes = manifest_problems(layout, rehash)
+    for line in problems:
+        print(line)
+    how = "md5 recomputed" if rehash else "size, and md5 where the mtime changed since it was made"
+    print(f"manifest.tsv: {listed - len(problems)} of {listed} files as recorded ({how}); "
+          f"{len(problems)} missing or changed")
+
+    findings = [check_artifact(root, artifact)
+                for artifact in checksums.known_artifacts().values()]
+    held = [finding for finding in findings if finding.status != "missing"]
+    for finding in held:
+        print(format_finding(root, finding))
+    equal = sum(finding.status == "ok" for finding in held)
+    differ = len(held) - equal
+    if from_results:
+        verdict = "a build from the official text must equal them" if differ else ""
+    else:
+        verdict = ("expected: a build from a dump is not byte-identical to them, see README "
+                   "'What is bit-exact'" if differ else "")
+    print(f"official: {equal} of the {len(held)} files here with official values equal them, "
+          f"{differ} differ" + (f" ({verdict})" if verdict else ""))
+    eval_md5 = checksums.locate(root, "results/eval.md5")
+    if eval_md5 is not None:
+        matched, total = checksums.count_official_eval_hashes(eval_md5)
+        print(f"{eval_md5.relative_to(root).as_posix()}: {matched} of its {total} hashes are "
+              f"official eval-article hashes")
+    absent = [finding for finding in findings if finding.status == "missing"]
+    inputs = sum(finding.artifact.group == INPUT_GROUP for finding in absent)
+    outputs = len(absent) - inputs
+    print(f"not here, as expected: {inputs} official inputs preprocess does not produce "
+          f"(bert_config.json, vocab.txt, checkpoints, the dump: make download)" + (
+              f", {outputs} official outputs this build did not make (a dump smaller than the "
+              f"official one, such as the embedded slice, gives fewer than 500 parts and no "
+              f"text/FE files)" if outputs else ""))
+    report(StageSummary("verify", listed, listed - len(problems), listed_bytes, started))
+    return not problems and not (from_results and differ)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """CLI: a preprocess output is checked as such; any other DIR as official artifacts."""
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(
+        description="Check files under DIR against the benchmark's official md5s and sizes; "
+                    "a make preprocess output against its manifest.tsv too.")
+    parser.add_argument("directory", metavar="DIR",
+                        help="A download directory, a preprocess output or a reference tree; "
+                             "or gs://BUCKET/PREFIX, a bucket copy of one.")
+    parser.add_argument("--hide_missing", action="store_true",
+                        help="Do not list artifacts that are absent (they are still counted).")
+    parser.add_argument("--rehash", action="store_true",
+                        help="A preprocess output: recompute the md5 of every file its "
+                             "manifest.tsv lists (default: those whose mtime changed).")
+    args = parser.parse_args(argv)
+    if not is_preprocess_output(args.directory):
+        artifacts_verify.main([arg for arg in argv if arg != "--rehash"])
+        return
+    if not verify_preprocess_output(args.directory, args.rehash):
+        sys.exit(1)
+
 
 if __name__ == "__main__":
     exit_on_user_error(main)
