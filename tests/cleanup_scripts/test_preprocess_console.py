@@ -207,3 +207,25 @@ def test_verify_on_a_preprocess_output_fails_on_a_changed_or_missing_file(piped_
     assert "changed  results/part-00000-of-00500  [md5 " in result.stdout
     assert "missing  tfrecords/eval_10k  [listed in manifest.tsv]" in result.stdout
     assert "manifest.tsv: 9 of 11 files as recorded" in result.stdout
+
+
+def readme_by_hand_block() -> str:
+    """The README's one-script-at-a-time block (the sh block after 'One script at a time')."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    after = readme[readme.index("One script at a time on the"):]
+    return after[after.index("```sh\n") + len("```sh\n"):after.index("\n```\n")]
+
+
+@pytest.mark.skipif(not (REPO / ".venv" / "bin" / "activate").is_file(), reason="no .venv")
+def test_readme_one_script_at_a_time_block_runs_as_written(tmp_path):
+    for name in (".venv", "cleanup_scripts"):  # a checkout: the block runs from its root
+        (tmp_path / name).symlink_to(REPO / name)
+    result = subprocess.run(["bash", "-e", "-c", readme_by_hand_block()], cwd=tmp_path,
+                            capture_output=True, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert result.returncode == 0, result.stderr[-3000:]
+    work = tmp_path / "build" / "by-hand"
+    for path in ("text/AA/wiki_02.4", "results/eval.md5", "results/part-00001-of-00500",
+                 "tfrecords/part-00000-of-00500", "tfrecords/eval_10k"):
+        assert (work / path).is_file(), path
+    assert len((work / "results" / "eval.md5").read_text().split()) == 20
