@@ -66,10 +66,18 @@ test:
 test-all:
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# The flags of preprocess and train, built in variables so that make echoes one command line.
+PREPROCESS_FLAGS = --output_dir=$(call q,$(OUT)) --nworker=$(call q,$(NWORKER)) \
+	$(if $(DUMP),--dump=$(call q,$(DUMP))) $(if $(RESULTS),--results_text=$(call q,$(RESULTS))) \
+	$(if $(PACK),--pack)
+TRAIN_FLAGS = --preset=$(call q,$(PRESET)) --output_dir=$(call q,$(TRAIN_OUT)) \
+	$(if $(DATA),--data_dir=$(call q,$(DATA))) \
+	$(if $(INIT_CHECKPOINT),--init_checkpoint=$(call q,$(INIT_CHECKPOINT))) \
+	$(if $(TPU_NAME),--tpu_name=$(call q,$(TPU_NAME))) $(if $(TPU_ZONE),--tpu_zone=$(call q,$(TPU_ZONE))) \
+	$(if $(GCP_PROJECT),--gcp_project=$(call q,$(GCP_PROJECT))) $(if $(PACKED),--packed)
+
 preprocess:
-	$(PY) -m cleanup_scripts.preprocess --output_dir=$(call q,$(OUT)) --nworker=$(call q,$(NWORKER)) \
-		$(if $(DUMP),--dump=$(call q,$(DUMP))) $(if $(RESULTS),--results_text=$(call q,$(RESULTS))) \
-		$(if $(PACK),--pack) $(PREPROCESS_ARGS)
+	$(PY) -m cleanup_scripts.preprocess $(PREPROCESS_FLAGS) $(PREPROCESS_ARGS)
 
 download:
 	$(PY) -m cleanup_scripts.download --output_dir=$(call q,$(DIR)) --artifacts=$(call q,$(ARTIFACTS)) \
@@ -84,11 +92,7 @@ verify:
 	$(PY) -m cleanup_scripts.verify $(call q,$(or $(BUCKET),$(DIR)))
 
 train:
-	$(PY) -m reference.run_pretraining --preset=$(call q,$(PRESET)) --output_dir=$(call q,$(TRAIN_OUT)) \
-		$(if $(DATA),--data_dir=$(call q,$(DATA))) \
-		$(if $(INIT_CHECKPOINT),--init_checkpoint=$(call q,$(INIT_CHECKPOINT))) \
-		$(if $(TPU_NAME),--tpu_name=$(call q,$(TPU_NAME))) $(if $(TPU_ZONE),--tpu_zone=$(call q,$(TPU_ZONE))) \
-		$(if $(GCP_PROJECT),--gcp_project=$(call q,$(GCP_PROJECT))) $(if $(PACKED),--packed) $(TRAIN_ARGS)
+	$(PY) -m reference.run_pretraining $(TRAIN_FLAGS) $(TRAIN_ARGS)
 
 # The whole path in about a minute: the slice's dataset, a few training steps of a tiny BERT
 # (reference/presets/smoke.json), one eval, and the check of the log it wrote.
