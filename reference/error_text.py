@@ -1,4 +1,4 @@
-"""OutputError, and the few words of a failed write that its messages quote."""
+"""OutputError and SetupError, and the few words of a failure that their messages quote."""
 from __future__ import annotations
 
 import contextlib
@@ -25,6 +25,39 @@ def write_failure(err: BaseException) -> str:
         text = text[text.find("}}") + 2:]
     text = text.split(" [Op:")[0].strip()
     return text.rsplit("; ", 1)[-1] or type(err).__name__
+
+
+class SetupError(UserError):
+    """TensorFlow failed while the run was being set up (the model built, weights restored,
+    the datasets made, the step functions compiled and first run): most often a batch,
+    sequence length or model too large for the machine. One line; the TensorFlow error is its
+    __cause__."""
+
+
+# Lines of a TensorFlow error message that say nothing of the failure itself.
+_TF_BOILERPLATE = ("Graph execution error:", "Detected at node", "<stack traces unavailable>",
+                   "Stack trace", "File ", "[[", "{{")
+_SUMMARY_CHARS = 400
+
+
+def tensorflow_failure(err: BaseException) -> str:
+    """What a TensorFlow error (or a MemoryError) says, in one escaped line: "TensorFlow
+    <class>: <its first informative line>" (cut to 400 characters), with a hint when it ran
+    out of memory."""
+    from cleanup_scripts.fileio import printable
+    import tensorflow as tf
+    text = str(getattr(err, "message", err))
+    lines = [line.strip() for line in text.splitlines()]
+    summary = next((line for line in lines if line and not line.startswith(_TF_BOILERPLATE)),
+                   "") or type(err).__name__
+    summary = printable(summary.split(" [Op:")[0])
+    if len(summary) > _SUMMARY_CHARS:
+        summary = summary[:_SUMMARY_CHARS] + "..."
+    line = f"TensorFlow {type(err).__name__}: {summary}"
+    if isinstance(err, (tf.errors.ResourceExhaustedError, MemoryError)):
+        line += (" (out of memory: a smaller --train_batch_size or --eval_batch_size, or "
+                 "--recompute_layers, needs less)")
+    return line
 
 
 @contextlib.contextmanager

@@ -1,6 +1,7 @@
 """Preflight: the checks of a run's files before TensorFlow trains anything.
 
-`preflight` reads the BERT config, expands --input_file / --eval_file and checks their records
+`preflight` reads the BERT config, checks that a training and an eval step can fit in this
+machine's memory (`check_memory`), expands --input_file / --eval_file and checks their records
 (the first record of every training file, every eval record evaluated), and probes
 --init_checkpoint; it returns the options with what those files hold. `prepare_output_dir`
 proves --output_dir writable, `peek_progress` reads the counters and run settings of a
@@ -22,6 +23,9 @@ from reference.error_text import writing
 from reference.run_flags import UsageError, require
 from reference.run_options import RunOptions
 
+# Bytes a record takes once parsed: every value an int32 (or float32) of 4 bytes.
+VALUE_BYTES = 4
+
 
 def preflight(options: RunOptions) -> RunOptions:
     """Check the files that `options` name; returns the options with the files expanded, the
@@ -41,6 +45,7 @@ def preflight(options: RunOptions) -> RunOptions:
     require(1 <= o.max_predictions_per_seq <= o.max_seq_length,
             f"--max_predictions_per_seq={o.max_predictions_per_seq} must be in [1, "
             f"--max_seq_length]")
+    check_memory(o, config, host_memory_bytes(), runs_on_cpu(o))
 
     id_ranges = input_pipeline.IdRanges(config.vocab_size, config.type_vocab_size)
     noncompliant = list(o.noncompliant)
@@ -86,6 +91,92 @@ def preflight(options: RunOptions) -> RunOptions:
                                id_ranges=id_ranges, noncompliant=noncompliant,
                                train_layout=train_layout, eval_layout=eval_layout,
                                sequences_per_row=sequences_per_row, eval_count=eval_count)
+
+
+def host_memory_bytes() -> int:
+    """This machine's memory in bytes: its physical memory, or the cgroup's limit if lower (a
+    container's)."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path, encoding="ascii") as handle:
+                text = handle.read(64).strip()
+        except (OSError, ValueError):
+            continue
+        if text.isdigit():
+            total = min(total, int(text))
+    return total
+
+
+def runs_on_cpu(o: RunOptions) -> bool:
+    """Whether the model runs on this machine's CPU (no TPU, no GPU that TensorFlow sees), so
+    that its activations and weights take this machine's memory too."""
+    if o.strategy.use_tpu:
+        return False
+    import tensorflow as tf
+    return not tf.config.list_physical_devices("GPU")
+
+
+def _model_weights(config) -> int:
+    """A lower bound on the model's weights: embedding tables, and each layer's attention
+    (4 H x H) and feed-forward (2 H x I) matrices; biases, norms and heads left out."""
+    h = config.hidden_size
+    embeddings = (config.vocab_size + config.max_position_embeddings
+                  + config.type_vocab_size) * h
+    return embeddings + config.num_hidden_layers * (4 * h * h + 2 * h * config.intermediate_size)
+
+
+def _activations_per_record(o: RunOptions, config, training: bool) -> int:
+    """A lower bound on the activation values one record keeps alive in a step on the CPU.
+
+    Training keeps, per layer, what its backward pass needs: the layer's input (S x H), the
+    feed-forward's intermediate activation (S x I) and the attention probabilities
+    (heads x S x S); with --recompute_layers only each layer's input, and one layer's full set
+    while it is recomputed. An eval step holds a layer's input and its larger intermediate.
+    """
+    seq, h = o.max_seq_length, config.hidden_size
+    one_layer = seq * config.intermediate_size + config.num_attention_heads * seq * seq
+    if not training:
+        return seq * h + max(seq * config.intermediate_size,
+                             config.num_attention_heads * seq * seq)
+    layers = config.num_hidden_layers
+    if o.recompute_layers:
+        return (layers + 1) * seq * h + one_layer
+    return (layers + 1) * seq * h + layers * one_layer
+
+
+def check_memory(o: RunOptions, config, available: int, on_cpu: bool) -> None:
+    """UsageError naming the flag when a training micro-step or an eval step cannot fit in
+    `available` bytes, by a lower bound of what it needs: its records, parsed (the input
+    pipeline holds them in this machine's memory); and, `on_cpu`, the activations that
+    autodiff must keep (`_activations_per_record`) and the weights (with their gradients and
+    two optimizer slots when training). The message says how many records would fit. An
+    absurd batch (or a huge config) fails here, in one line, rather than after run_start as a
+    TensorFlow shape or allocation error (which would take the machine's memory first).
+    """
+    record = (3 * o.max_seq_length + 3 * o.max_predictions_per_seq + 1) * VALUE_BYTES
+    activation_bytes = 2 if o.mixed_precision != "none" else 4
+    steps = [("train_batch_size", "a micro-step", o.train_batch_size, True, 4)] \
+        if o.do_train else []
+    steps.append(("eval_batch_size", "an eval step", o.eval_batch_size, False, 1))
+    for flag, what, batch, training, copies in steps:
+        per_record = record + (activation_bytes * _activations_per_record(o, config, training)
+                               if on_cpu else 0)
+        fixed = copies * _model_weights(config) * 4 if on_cpu else 0
+        need = fixed + batch * per_record
+        if need <= available:
+            continue
+        model = f"the {config.num_hidden_layers}-layer, hidden-{config.hidden_size} model"
+        if fixed >= available:
+            raise UsageError(f"--bert_config_file={o.bert_config_file}: the weights of {model} "
+                             f"need at least {fixed / 1e9:.1f} GB of memory on the CPU, more "
+                             f"than the {available / 1e9:.1f} GB this machine has")
+        held = f"the records, and the activations and weights of {model} on the CPU" \
+            if on_cpu else "its records, which the input pipeline holds in this machine's memory"
+        raise UsageError(f"--{flag}={batch}: {what} of {batch:,} records of {o.max_seq_length} "
+                         f"tokens needs at least {need / 1e9:.1f} GB of memory ({held}), more "
+                         f"than the {available / 1e9:.1f} GB this machine has; at most "
+                         f"{(available - fixed) // per_record:,} records fit")
 
 
 def _check_eval_files(o: RunOptions, eval_files: list[str], id_ranges):

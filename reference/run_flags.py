@@ -12,12 +12,17 @@ from absl import flags, logging
 
 from benchmark import constants
 from benchmark.errors import UserError
+from cleanup_scripts.pretraining_instances import MAX_SEQ_LENGTH
 from reference.bert_config import MASKED_LM_BLOCK_ROWS
 from reference.optimizer_settings import DEFAULT_OPTIMIZER as OPT
 
 FLAGS = flags.FLAGS
 MAX_SEED = 2 ** 31 - 1  # a drawn seed is below this too
 MIN_LOG_EPSILON = -30  # LAMB's epsilon 1e-30 is still a normal float32
+# Records per micro-step (or eval step), all replicas together: 128 times the batch of the
+# reference's TPU v3-128 run (8,192). What a step needs must also fit in memory
+# (reference/preflight.py checks a lower bound against the machine's).
+MAX_BATCH_SIZE = 1 << 20
 
 # The command line: (kind, name, default, help[, choices]). The MLCommons reference's flags come
 # first, with its names and meanings; then those of the MLPerf run. The optimizer's defaults are
@@ -29,13 +34,16 @@ FLAG_TABLE = (
     ("string", "output_dir", None, "Checkpoints, eval_results.txt, summaries, the MLPerf log."),
     ("string", "init_checkpoint", None, "Initial weights: the official TF1 or TF2 "
      "model.ckpt-28252 (or, with --nodo_train, a checkpoint of ours)."),
-    ("integer", "max_seq_length", constants.MAX_SEQ_LENGTH, "Tokens per record."),
+    ("integer", "max_seq_length", constants.MAX_SEQ_LENGTH, "Tokens per record (at most "
+     f"{MAX_SEQ_LENGTH}, the longest create_pretraining_data writes)."),
     ("integer", "max_predictions_per_seq", constants.MAX_PREDICTIONS_PER_SEQ,
-     "Masked positions per record."),
+     "Masked positions per record (at most --max_seq_length)."),
     ("bool", "do_train", False, "Train (with evals at the MLPerf cadence if --do_eval)."),
     ("bool", "do_eval", False, "Evaluate (alone, with --nodo_train: once)."),
-    ("integer", "train_batch_size", 32, "Records per micro-step, all replicas together."),
-    ("integer", "eval_batch_size", 8, "Records per eval step, all replicas together."),
+    ("integer", "train_batch_size", 32, "Records per micro-step, all replicas together (at "
+     f"most {MAX_BATCH_SIZE:,}, and what a step needs must fit in this machine's memory)."),
+    ("integer", "eval_batch_size", 8, "Records per eval step, all replicas together (at most "
+     f"{MAX_BATCH_SIZE:,}, and what a step needs must fit in this machine's memory)."),
     ("enum", "optimizer", OPT.name, "The optimizer: lamb (the benchmark's) or adamw (the "
      "MLCommons reference's AdamWeightDecayOptimizer).", ["lamb", "adamw"]),
     ("float", "learning_rate", OPT.learning_rate, "Peak learning rate."),
@@ -146,6 +154,12 @@ def check_ranges(f: flags.FlagValues) -> None:
     for name in ("train_batch_size", "eval_batch_size", "max_eval_steps", "num_train_steps",
                  "iterations_per_loop", "save_checkpoints_steps", "num_tpu_cores"):
         require(f[name].value >= 1, f"--{name}={f[name].value} must be at least 1")
+    for name, what in (("train_batch_size", "micro-step"), ("eval_batch_size", "eval step")):
+        require(f[name].value <= MAX_BATCH_SIZE, f"--{name}={f[name].value} must be at most "
+                f"{MAX_BATCH_SIZE} (records per {what}, all replicas together)")
+    for name in ("max_seq_length", "max_predictions_per_seq"):
+        require(f[name].value <= MAX_SEQ_LENGTH,
+                f"--{name}={f[name].value} must be at most {MAX_SEQ_LENGTH}")
     require(0 <= f.num_warmup_steps <= f.num_train_steps,
             f"--num_warmup_steps={f.num_warmup_steps} must be in [0, --num_train_steps="
             f"{f.num_train_steps}]")

@@ -5,6 +5,7 @@ run does, writes and logs.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from absl import logging
 
 from benchmark import cadence, log_keys
-from reference.error_text import writing
+from reference.error_text import SetupError, tensorflow_failure, writing
 from reference.preflight import peek_progress, prepare_output_dir
 from reference.run_flags import UsageError
 from reference.run_options import RunOptions, resumed_options, run_settings
@@ -69,6 +70,28 @@ def packed_rows_per_replica(train_batch_size: int, sequences_per_row: float,
     per row) rows in all (at least one per replica), so that a step trains about
     `train_batch_size` sequences."""
     return max(1, round(train_batch_size / sequences_per_row / replicas))
+
+
+class _Phase:
+    """Whether a run is still being set up: until its first compiled training call returns
+    (an eval-only run: until it ends)."""
+
+    def __init__(self) -> None:
+        self.setting_up = True
+
+
+@contextlib.contextmanager
+def _setup_failures(phase: _Phase):
+    """A TensorFlow error or MemoryError raised while `phase` is setting up becomes SetupError
+    (one line, the error as its cause); later ones keep their traceback (a bug, or damaged data
+    that run_pretraining locates)."""
+    import tensorflow as tf
+    try:
+        yield
+    except (tf.errors.OpError, MemoryError) as err:
+        if not phase.setting_up:
+            raise
+        raise SetupError(f"setting up the run failed: {tensorflow_failure(err)}") from err
 
 
 def _duration(seconds: float) -> str:
@@ -192,8 +215,14 @@ class _Run:
 def evaluate_only(options: RunOptions, strategy=None) -> RunResult:
     """--do_eval --nodo_train: one eval of --init_checkpoint or the latest checkpoint.
 
-    strategy: the tf.distribute strategy (default: made from options.strategy).
+    strategy: the tf.distribute strategy (default: made from options.strategy). A TensorFlow
+    error on the way is a SetupError.
     """
+    with _setup_failures(_Phase()):
+        return _evaluate_only(options, strategy)
+
+
+def _evaluate_only(options: RunOptions, strategy=None) -> RunResult:
     from reference import checkpoint as ckpt
     from reference.trainer import CHECKPOINT_NAME
     run = _Run(options, strategy)
@@ -229,9 +258,16 @@ def train(options: RunOptions, strategy=None) -> RunResult:
     strategy: the tf.distribute strategy (default: made from options.strategy).
     Raises UsageError (before anything is logged) when OUTPUT_DIR holds a checkpoint of a run
     with other run-defining settings, OutputError when an output cannot be written, and
-    InternalError when the training loop would not advance; an error after run_start ends the
-    MLPerf log with run_stop "aborted" first.
+    InternalError when the training loop would not advance, and SetupError for a TensorFlow
+    error before the first compiled training call has returned; an error after run_start ends
+    the MLPerf log with run_stop "aborted" first.
     """
+    phase = _Phase()
+    with _setup_failures(phase):
+        return _train(options, strategy, phase)
+
+
+def _train(options: RunOptions, strategy, phase: _Phase) -> RunResult:
     from benchmark.mlperf_log import BertLogger, Hyperparameters
     from reference import checkpoint as ckpt
     from reference.run_log import LogFile
@@ -328,7 +364,7 @@ def train(options: RunOptions, strategy=None) -> RunResult:
         log.run_start()
         run_started = True
         result = _train_loop(run, options, log, log_file, iterator, eval_data, manager,
-                             budget_updates, summaries, eval_summaries)
+                             budget_updates, summaries, eval_summaries, phase)
         log.train_samples(trainer.samples)
         log.run_stop(result.status)
         run_stopped = True
@@ -351,7 +387,7 @@ def train(options: RunOptions, strategy=None) -> RunResult:
 
 
 def _train_loop(run: _Run, options: RunOptions, log, log_file, iterator, eval_data, manager,
-                budget_updates: int, summaries, eval_summaries) -> RunResult:
+                budget_updates: int, summaries, eval_summaries, phase: _Phase) -> RunResult:
     """Train from the trainer's step to the budget, in blocks that end at each eval: the first
     update at whose end the samples trained reach the next multiple of the eval interval (with
     packed rows an update's sample count varies, so the eval falls a few sequences after it,
@@ -411,6 +447,7 @@ def _train_loop(run: _Run, options: RunOptions, log, log_file, iterator, eval_da
             started = time.time()
             losses = trainer.train_steps(iterator, min(updates_per_call, budget_updates - update),
                                          eval_due)
+            phase.setting_up = False  # compiled, and it ran: what fails now is no set-up
             elapsed = max(time.time() - started, 1e-9)
             update += losses["updates"]
             reached = eval_due is not None and trainer.samples >= eval_due

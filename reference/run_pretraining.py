@@ -85,6 +85,7 @@ import gc
 from absl import app, flags
 
 from benchmark.errors import UserError
+from cleanup_scripts.fileio import printable
 from reference import run_flags
 from reference.run_flags import FLAGS, apply_preset, define_flags
 from reference.run_options import options_from_flags
@@ -98,14 +99,17 @@ def main(argv: list[str]) -> None:
     stderr and exit status 1; an InternalError with "error: internal error: <what>". A damaged
     record or an id out of range met during the run (TensorFlow's DataLossError or
     InvalidArgumentError) is located by a scan of the data and reported the same way; any
-    other failure keeps its traceback.
+    TensorFlow error while the run is set up (the model built, the first compiled training
+    call: e.g. a batch too large for the machine) is one line "error: setting up the run
+    failed: ..." too; any other failure keeps its traceback.
     """
     if len(argv) > 1:
-        raise SystemExit(f"error: unexpected arguments {' '.join(argv[1:])} (flags are "
-                         "--name=value)")
+        raise SystemExit(f"error: unexpected arguments {printable(' '.join(argv[1:]))} "
+                         "(flags are --name=value)")
     import tensorflow as tf
     from reference import distribution
     from reference.checkpoint import CheckpointError
+    from reference.error_text import SetupError
     from reference.preflight import locate_bad_record, preflight
     from reference.run_loop import InternalError, evaluate_only, train
     options = None  # once preflight has checked the files
@@ -120,6 +124,12 @@ def main(argv: list[str]) -> None:
             dataclasses.replace(requested.strategy, devices=devices))
         options = preflight(requested)
         result = (train if options.do_train else evaluate_only)(options, strategy)
+    except SetupError as err:
+        # Damaged data fails the first compiled call too: locate the record if it is one.
+        failure = str(err)
+        if options is not None and isinstance(
+                err.__cause__, (tf.errors.DataLossError, tf.errors.InvalidArgumentError)):
+            failure = locate_bad_record(options) or failure
     except UserError as err:
         failure = str(err)
         if isinstance(err, CheckpointError) and options is not None:
@@ -141,7 +151,7 @@ def main(argv: list[str]) -> None:
     # deleted half-restored) then come before the error, which stays the last line on stderr
     # (benchmark.errors.exit_on_user_error would print while the error still holds them).
     gc.collect()
-    raise SystemExit(f"error: {failure}")
+    raise SystemExit(f"error: {printable(failure)}")  # one line, whatever the input held
 
 
 if __name__ == "__main__":

@@ -10,7 +10,10 @@ that does not fit the checkpoint, and flags out of range.
 from __future__ import annotations
 
 import json
+import os
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,10 +21,12 @@ import pytest
 
 from cleanup_scripts.pretraining_features import encode_examples, write_records
 from cleanup_scripts.pretraining_features import RecordLayout
+from benchmark.errors import UserError
 from reference import input_pipeline
 from reference.preflight import preflight
 from reference.run_flags import UsageError
 from reference.run_options import options_from_flags
+from tests.conftest import REPO
 from tests.reference import synthetic_data
 from tests.reference.test_run_options import parse
 from tests.reference.test_run_pretraining import as_flags, read_mllog, run_trainer
@@ -198,6 +203,12 @@ def run_args(data: dict, out: Path, **extra) -> list[str]:
     ({"target_mlm_accuracy": 0}, "--target_mlm_accuracy=0.0 must be in (0, 1]"),
     ({"target_mlm_accuracy": 1.01}, "--target_mlm_accuracy=1.01 must be in (0, 1]"),
     ({"dropout_override": 1.0}, "--dropout_override=1.0 must be in [0, 1)"),
+    ({"train_batch_size": 100_000_000}, "--train_batch_size=100000000 must be at most "
+     "1048576 (records per micro-step, all replicas together)"),
+    ({"eval_batch_size": 2 ** 20 + 1}, "--eval_batch_size=1048577 must be at most 1048576 "
+     "(records per eval step, all replicas together)"),
+    ({"max_seq_length": 4097}, "--max_seq_length=4097 must be at most 4096"),
+    ({"max_predictions_per_seq": 4097}, "--max_predictions_per_seq=4097 must be at most 4096"),
     ({"max_seq_length": SEQ + 1}, f"--max_seq_length={SEQ + 1} must be in [2, "
      f"max_position_embeddings={SEQ}]"),
     ({"max_predictions_per_seq": SEQ + 1}, f"--max_predictions_per_seq={SEQ + 1} must be in "
@@ -207,6 +218,62 @@ def test_flags_out_of_range_name_the_flag_and_range(data, tmp_path, extra, messa
     with pytest.raises(UsageError) as err:
         preflight(options_from_flags(parse(*run_args(data, tmp_path / "out", **extra))))
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("extra, message", [
+    # Per record: 61 int32 values; kept for the backward pass, the layer's input and output
+    # (2 x 16 x 32), the feed-forward activation (16 x 64) and attention probabilities
+    # (2 x 16 x 16): 10,484 bytes; the weights (9,792) and their gradient and slots: 157 kB.
+    ({"train_batch_size": 1_000_000}, "--train_batch_size=1000000: a micro-step of 1,000,000 "
+     "records of 16 tokens needs at least 10.5 GB of memory (the records, and the activations "
+     "and weights of the 1-layer, hidden-32 model on the CPU), more than the 1.1 GB this "
+     "machine has; at most 102,402 records fit"),
+    ({"eval_batch_size": 1_000_000}, "--eval_batch_size=1000000: an eval step of 1,000,000 "
+     "records of 16 tokens needs at least 6.4 GB of memory (the records, and the activations "
+     "and weights of the 1-layer, hidden-32 model on the CPU), more than the 1.1 GB this "
+     "machine has; at most 168,081 records fit"),
+])
+def test_batch_that_cannot_fit_in_memory_is_refused_before_any_file_is_read(
+        data, tmp_path, monkeypatch, extra, message):
+    from reference import preflight as preflight_module
+    monkeypatch.setattr(preflight_module, "host_memory_bytes", lambda: 1 << 30)
+    with pytest.raises(UsageError) as err:
+        preflight(options_from_flags(parse(*run_args({**data, "input_file": "/nonexistent/*"},
+                                                       tmp_path / "out", **extra))))
+    assert str(err.value) == message
+    preflight(options_from_flags(parse(*run_args(data, tmp_path / "out"))))  # 64 fit
+
+
+def demo_options(*extra: str):
+    """The demo preset's run (BERT 2 x 128, sequence 512, 76 predictions, layers recomputed)."""
+    from reference.bert_config import load_bert_config
+    presets = Path(__file__).resolve().parents[2] / "reference" / "presets"
+    options = options_from_flags(parse(
+        "--do_train", "--do_eval", "--input_file=x", "--eval_file=y", "--output_dir=z",
+        f"--bert_config_file={presets / 'demo_bert_config.json'}", "--train_batch_size=32",
+        "--eval_batch_size=50", "--max_seq_length=512", "--max_predictions_per_seq=76",
+        "--recompute_layers", *extra))
+    return options, load_bert_config(options.bert_config_file)
+
+
+def test_memory_bound_stays_below_what_a_run_really_takes():
+    from reference.preflight import check_memory
+    options, config = demo_options()
+    check_memory(options, config, int(1.49e9), on_cpu=True)  # measured peak RSS: 1.49 GB
+    with pytest.raises(UsageError, match="^--train_batch_size=4096: a micro-step of 4,096 "
+                                         "records of 512 tokens needs at least 16.2 GB"):
+        check_memory(*demo_options("--train_batch_size=4096"), int(1.49e9), on_cpu=True)
+    # Without recompute each layer keeps its attention probabilities and feed-forward
+    # activation: more per record.
+    with pytest.raises(UsageError, match="at most 200 records fit$"):
+        check_memory(*demo_options("--norecompute_layers", "--train_batch_size=4096"),
+                     int(1.49e9), on_cpu=True)
+    # On an accelerator only the records take this machine's memory (7,060 bytes each).
+    check_memory(*demo_options("--train_batch_size=200000"), int(1.49e9), on_cpu=False)
+    with pytest.raises(UsageError, match="its records, which the input pipeline holds in this "
+                                         "machine's memory\\), more than the 1.5 GB this "
+                                         "machine has; at most 211,048 records fit$"):
+        check_memory(*demo_options("--train_batch_size=300000"), int(1.49e9), on_cpu=False)
 
 
 def assert_one_error_line(result, expected: str) -> None:
@@ -230,6 +297,66 @@ def test_flag_errors_on_the_command_line(data, tmp_path, extra, message):
     result = run_trainer(*run_args(data, out, **extra), check=False)
     assert_one_error_line(result, f"error: {message}")
     assert not out.exists()
+
+
+def test_absurd_batch_on_the_command_line_is_one_line_at_once(data, tmp_path):
+    # It was a TensorFlow shape traceback after run_start, 40 s in.
+    out = tmp_path / "out"
+    result = run_trainer(*run_args(data, out, train_batch_size=100_000_000), check=False,
+                         timeout=120)
+    assert_one_error_line(result, "error: --train_batch_size=100000000 must be at most 1048576 "
+                                  "(records per micro-step, all replicas together)")
+    assert not out.exists()
+
+
+# A TensorFlow error raised by the n-th call of the compiled training steps (1: while the run
+# is being set up; later: once it is training), injected into the trainer's process.
+FAILING_STEPS = r"""
+import runpy, sys
+import tensorflow as tf
+from reference import trainer
+failing_call = int(sys.argv.pop(1))
+calls = []
+real = trainer.Trainer.train_steps
+def train_steps(self, *args, **kwargs):
+    calls.append(1)
+    if len(calls) == failing_call:
+        raise tf.errors.ResourceExhaustedError(
+            None, None, "Graph execution error:\n\nDetected at node x\n<stack traces "
+            "unavailable>\nOOM when allocating tensor with shape[64,16,32] and type float on "
+            "/job:localhost/replica:0/task:0/device:CPU:0 by allocator cpu\n\t [[{{node x}}]]")
+    return real(self, *args, **kwargs)
+trainer.Trainer.train_steps = train_steps
+sys.argv[0] = "run_pretraining"
+runpy.run_module("reference.run_pretraining", run_name="__main__")
+"""
+
+
+def run_failing(data: dict, out: Path, failing_call: int) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", FAILING_STEPS, str(failing_call),
+                           *run_args(data, out)], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2"))
+
+
+def test_tensorflow_error_while_setting_up_is_one_line(data, tmp_path):
+    out = tmp_path / "out"
+    result = run_failing(data, out, failing_call=1)
+    assert_one_error_line(result, "error: setting up the run failed: TensorFlow "
+                                  "ResourceExhaustedError: OOM when allocating tensor with "
+                                  "shape[64,16,32] and type float on /job:localhost/replica:0/"
+                                  "task:0/device:CPU:0 by allocator cpu (out of memory: a "
+                                  "smaller --train_batch_size or --eval_batch_size, or "
+                                  "--recompute_layers, needs less)")
+    records = read_mllog(out / "mlperf.log")
+    assert records[-1]["key"] == "run_stop"
+    assert records[-1]["metadata"]["status"] == "aborted"
+
+
+@pytest.mark.slow
+def test_tensorflow_error_once_training_keeps_its_traceback(data, tmp_path):
+    result = run_failing(data, tmp_path / "out", failing_call=2)
+    assert result.returncode != 0
+    assert "Traceback" in result.stderr and "ResourceExhaustedError" in result.stderr
 
 
 # ------------------------------------------------------------------------------ damaged data
@@ -315,6 +442,31 @@ def test_eval_files_that_match_nothing_or_hold_nothing(data, tmp_path):
                                                         "matches$"):
         preflight(options_from_flags(parse(*run_args({**data, "eval_file": pattern},
                                                        tmp_path / "out"))))
+
+
+@pytest.mark.timeout(60)  # a FIFO that is read blocks: fail, not hang
+@pytest.mark.parametrize("flag", ["input_file", "eval_file", "bert_config_file"])
+def test_device_or_fifo_named_by_a_flag_is_named_for_what_it_is(data, tmp_path, flag):
+    # A FIFO would block the first read for ever; /dev/zero was "length CRC mismatch".
+    fifo = tmp_path / "part-00000-of-00001"
+    os.mkfifo(fifo)
+    for special, kind in ((fifo, "a FIFO"), ("/dev/zero", "a character device")):
+        with pytest.raises(UserError) as err:
+            preflight(options_from_flags(parse(*run_args({**data, flag: str(special)},
+                                                           tmp_path / "out"))))
+        where = f"--{flag}: " if flag != "bert_config_file" else ""
+        assert str(err.value) == f"{where}{special}: is not a regular file ({kind})"
+
+
+def test_fifo_as_input_file_on_the_command_line_ends_at_once(data, tmp_path):
+    fifo = tmp_path / "part-00000-of-00001"
+    os.mkfifo(fifo)
+    out = tmp_path / "out"
+    result = run_trainer(*run_args({**data, "input_file": f"{data['input_file']},{fifo}"}, out),
+                         check=False, timeout=120)
+    assert_one_error_line(result, f"error: --input_file: {fifo}: is not a regular file "
+                                  "(a FIFO)")
+    assert not out.exists()
 
 
 # ------------------------------------------------------------------------------ config vs ckpt
