@@ -1,44 +1,20 @@
 """Fetch the benchmark's official inputs, resumably, and verify each md5 before use.
 
-    python -m cleanup_scripts.download --output_dir=DIR [--artifacts=all]
-        [--source=r2|drive|url] [--url NAME=URL ...] [--base_url=URL]
+    python -m cleanup_scripts.download --output_dir=DIR [--artifacts=config,vocab]
+        [--source=r2|url] [--url NAME=URL ...] [--base_url=URL]
         [--r2_downloader=PATH] [--from_dir=DIR] [--decompress] [--retries=3] [--list]
 
-Writes the layout of the reference's download_and_uncompress.sh: `DIR/bert_config.json`,
-`DIR/vocab.txt`, `DIR/tf1_ckpt/model.ckpt-28252.*`, `DIR/tf2_ckpt/model.ckpt-28252.*` and
-`DIR/enwiki-20200101-pages-articles-multistream.xml.bz2` (`--decompress` adds the `.xml`);
-`--artifacts=results` adds the preprocessed text, `DIR/results/part-XXXXX-of-00500`,
-`eval.txt` and `eval.md5`.
+Writes the reference's layout: `DIR/bert_config.json`, `DIR/vocab.txt`, `DIR/tf1_ckpt/…`,
+`DIR/tf2_ckpt/…`, the dump (`--decompress` adds its `.xml`) and, for `results`,
+`DIR/results/`. Sources: the MLCommons R2 bucket (`r2`, the default: `r2_download`), which
+holds every file the reference's old Google Drive ids did; `--url NAME=URL` and `--base_url`
+(`http(s)://`, `file://` or a path) override it per file.
 
-Sources (`--source`):
-  r2     (default) the MLCommons R2 bucket that the reference README now points to. Each of its
-         datasets is described by two metadata files: `<name>.uri`, one line holding the URL of
-         the dataset's folder, and `<name>.md5` beside it, an `md5sum` list of every file in
-         that folder by relative path. The datasets used here are `bert-input-files` (config,
-         vocab, checkpoints, dump) and `bert-preprocessed-wikipedia-dataset` (the `results/`
-         text as `results_text.tar.gz`, with `bert_reference_results_text_md5.txt`). When the
-         bucket is public the files are fetched here over HTTPS, only those asked for. When it
-         asks for a Cloudflare Access login, the official `mlc-r2-downloader.sh`
-         (mlcommons/r2-downloader; `--r2_downloader=PATH` or found on PATH) downloads whole
-         datasets into `DIR/r2/<name>/`, and the requested files are linked into place from
-         there. `--from_dir=FOLDER` does the same from a folder that downloader already filled.
-  drive  the Google Drive ids the reference's download_and_uncompress.sh used (the
-         confirmation page Drive shows for big files is followed).
-  url    only `--url` / `--base_url`.
-`--url NAME=URL` sets one artifact's source and `--base_url=BASE` all others' (`BASE/<path>`),
-whatever `--source` says; a source may be `http(s)://…`, `file://…` or a local path.
-
-Every file has one overall deadline, all attempts included: 300 s plus 1 s per 128 KiB of it
-(`Deadline`); a server that drips bytes or stalls is cut off there. No more bytes are written
-than the official size (the bucket's files of unpublished size and its metadata have ceilings):
-a source that announces or sends more is stopped at once and nothing is kept. Every failure is
-one line naming the file; resuming is advised only when a `.partial` holds bytes.
-
-Bytes go to `<file>.partial`, which a later run resumes (an HTTP Range request); the complete
-file is compared with the official md5 in `checksums/` and only then renamed into place. A
-`results/` file missing from `checksums/` is checked against the bucket's own list (itself
-checked against the bucket's `.md5`). A wrong md5 removes the download and ends with a one-line
-error naming the file, the expected and the actual md5.
+HTTP is one `requests.Session` per file (`http_session`): urllib3 retries connection failures
+and HTTP 429/5xx with backoff, and a transfer cut short resumes `<file>.partial` with a Range
+request. Every file has one overall `Deadline`, and no more bytes are written than its official
+size (or a ceiling). A file takes its name only once its md5 is the official one; every
+failure is one line naming the file.
 """
 from __future__ import annotations
 
@@ -47,7 +23,6 @@ import bz2
 import contextlib
 import hashlib
 import http.client
-import io
 import os
 import re
 import shutil
@@ -57,27 +32,27 @@ import sys
 import tarfile
 import threading
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
 import zlib
 from dataclasses import dataclass
-from html.parser import HTMLParser
-from http.cookiejar import CookieJar
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Iterator, Mapping
 
 import requests
+from requests.adapters import HTTPAdapter
 from tqdm import tqdm
 from urllib3 import exceptions as urllib3_exceptions
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.util.retry import Retry
 
 from benchmark.errors import exit_on_user_error
 from benchmark.files import md5_file
 from cleanup_scripts import checksums
-from cleanup_scripts.artifacts import Retryable, shown
-from cleanup_scripts.fileio import (InputError, atomic_output, disk_full, ensure_dir,
-                                    temporary_name)
+from cleanup_scripts.artifacts import (Retryable, partial_name, place, problem, resume_hint,
+                                       shown, verified)
+from cleanup_scripts.fileio import InputError, atomic_output, disk_full, ensure_dir
 from cleanup_scripts.runner import StageSummary, report
 
 CHUNK_SIZE = 1 << 20
@@ -88,32 +63,17 @@ TIMEOUT_S = 60  # the most one connect or one read may wait
 DEADLINE_FLOOR_S = 300.0
 MIN_RATE = 128 << 10  # bytes per second
 USER_AGENT = "mlperf-bert-harness-download/1"
+RETRY_STATUSES = (429, 500, 502, 503, 504)
+MAX_REDIRECTS = 10
 
 DUMP_BZ2 = "enwiki-20200101-pages-articles-multistream.xml.bz2"
 DUMP_XML = DUMP_BZ2.removesuffix(".bz2")
 
-DRIVE_URL = "https://drive.google.com/uc?export=download&id={}"
-# The Google Drive file ids that the reference's download_and_uncompress.sh fetches.
-DRIVE_IDS = {
-    "bert_config.json": "1fbGClQMi2CoMv7fwrwTC5YYPooQBdcFW",
-    "vocab.txt": "1USK108J6hMM_d27xCHi738qBL8_BT1u1",
-    DUMP_BZ2: "18K1rrNJ_0lSR9bsLaoP3PkQeSFO-9LE7",
-    "tf1_ckpt/model.ckpt-28252.data-00000-of-00001": "1chiTBljF0Eh1U5pKs6ureVHgSbtU8OG_",
-    "tf1_ckpt/model.ckpt-28252.index": "1Q47V3K3jFRkbJ2zGCrKkKk-n0fvMZsa0",
-    "tf1_ckpt/model.ckpt-28252.meta": "1vAcVmXSLsLeQ1q7gvHnQUSth5W_f_pwv",
-    "tf2_ckpt/model.ckpt-28252.data-00000-of-00001": "1pJhVkACK3p_7Uc-1pAzRaOXodNeeHZ7F",
-    "tf2_ckpt/model.ckpt-28252.index": "1oVBgtSxkXC9rH2SXJv85RXR9-WrMPy-Q",
-}
-
 
 def artifact_groups(known: Mapping[str, checksums.Artifact] | None = None
                     ) -> dict[str, list[str]]:
-    """Short names for sets of artifacts (`--artifacts=vocab,tf1_ckpt`); `config,vocab` is the
-    default, `all` every input.
-
-    `results` lists the results/ files that `checksums/` knows; from the R2 bucket it means
-    every file of the official results/ folder (500 parts, eval.txt, eval.md5).
-    """
+    """Short names for sets of artifacts (`--artifacts=vocab,tf1_ckpt`); `all` is every input,
+    `results` the results/ files `checksums/` knows (from R2: the whole official folder)."""
     known = checksums.known_artifacts() if known is None else known
     groups = {
         "config": ["bert_config.json"],
@@ -121,7 +81,6 @@ def artifact_groups(known: Mapping[str, checksums.Artifact] | None = None
         "tf1_ckpt": [path for path in known if path.startswith("tf1_ckpt/")],
         "tf2_ckpt": [path for path in known if path.startswith("tf2_ckpt/")],
         "dump": [DUMP_BZ2],
-        # From R2 (the default source), or --url / --base_url (an unpacked processed-data mirror).
         "results": [path for path, a in known.items() if a.group == "results"],
     }
     groups["all"] = (groups["config"] + groups["vocab"] + groups["tf1_ckpt"]
@@ -144,20 +103,17 @@ def resolve_names(names: list[str], known: Mapping[str, checksums.Artifact] | No
     return paths
 
 
-def source_url(path: str, urls: dict[str, str], base_url: str | None,
-               drive: bool = True) -> str:
-    """Where to fetch artifact `path`: its --url, else BASE/path, else (`drive`) its Drive id."""
+def source_url(path: str, urls: dict[str, str], base_url: str | None) -> str:
+    """Where to fetch artifact `path` other than the bucket: its --url, else BASE/path."""
     if path in urls:
         return urls[path]
     if base_url:
         return base_url.rstrip("/") + "/" + path
-    if drive and path in DRIVE_IDS:
-        return DRIVE_URL.format(DRIVE_IDS[path])
     raise InputError(f"{path}: no default source; give --url {path}=URL or --base_url")
 
 
 # ----------------------------------------------------------------------------------------------
-# The deadline of one download
+# HTTP: one session per file, bounded by its deadline
 
 
 def _shut(sock: socket.socket) -> None:
@@ -238,99 +194,60 @@ class Deadline:
         self._thread.join()
 
 
-def _watched(http_class: type, deadline: Deadline) -> type:
-    """`http_class` (an http.client connection class) whose sockets `deadline` watches; the
-    plain TCP socket is registered before any TLS handshake or request is sent on it."""
-    class Watched(http_class):  # type: ignore[misc, valid-type]
-        def __init__(self, *args, **kwargs) -> None:
-            super().__init__(*args, **kwargs)
-            create = self._create_connection
-            self._create_connection = lambda *a, **k: deadline.watch(create(*a, **k))
-    return Watched
+class _DeadlineAdapter(HTTPAdapter):
+    """An HTTPAdapter whose connection pools hand every new socket to `deadline.watch` (the
+    plain TCP socket, before any TLS handshake or request is sent on it)."""
 
-
-class _WatchedHTTPHandler(urllib.request.HTTPHandler):
-    def __init__(self, deadline: Deadline) -> None:
-        super().__init__()
+    def __init__(self, deadline: Deadline, **kwargs) -> None:
         self.deadline = deadline
+        super().__init__(**kwargs)
 
-    def do_open(self, http_class, req, **kwargs):
-        return super().do_open(_watched(http_class, self.deadline), req, **kwargs)
+    def _watched(self, manager):
+        def pool(base: type) -> type:
+            deadline = self.deadline
 
+            class Connection(base.ConnectionCls):  # type: ignore[misc, name-defined]
+                def _new_conn(self):
+                    return deadline.watch(super()._new_conn())
+            return type(base.__name__, (base,), {"ConnectionCls": Connection})
+        manager.pool_classes_by_scheme = {"http": pool(HTTPConnectionPool),
+                                          "https": pool(HTTPSConnectionPool)}
+        return manager
 
-class _WatchedHTTPSHandler(urllib.request.HTTPSHandler):
-    def __init__(self, deadline: Deadline) -> None:
-        super().__init__()
-        self.deadline = deadline
+    def init_poolmanager(self, *args, **kwargs) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self._watched(self.poolmanager)
 
-    def do_open(self, http_class, req, **kwargs):
-        return super().do_open(_watched(http_class, self.deadline), req, **kwargs)
-
-
-def build_opener(deadline: Deadline | None = None) -> urllib.request.OpenerDirector:
-    """A urllib opener keeping cookies (Google Drive's confirmation needs them), whose
-    connections `deadline` watches when given."""
-    handlers: list[urllib.request.BaseHandler] = [urllib.request.HTTPCookieProcessor(CookieJar())]
-    if deadline is not None:
-        handlers += [_WatchedHTTPHandler(deadline), _WatchedHTTPSHandler(deadline)]
-    return urllib.request.build_opener(*handlers)
-
-
-def resume_hint(partial: Path) -> str:
-    """"; run again to resume from X.partial" when that file holds bytes to resume from; an
-    empty one is removed and nothing is advised."""
-    try:
-        if partial.stat().st_size > 0:
-            return f"; run again to resume from {partial.name}"
-        partial.unlink()
-    except OSError:
-        pass
-    return ""
+    def proxy_manager_for(self, proxy, **kwargs):
+        return self._watched(super().proxy_manager_for(proxy, **kwargs))
 
 
-# ----------------------------------------------------------------------------------------------
-# Opening a source at an offset
+def http_session(deadline: Deadline, retries: int = 3, backoff_s: float = 1.0
+                 ) -> requests.Session:
+    """The session every HTTP request of one file goes through: urllib3 retries connection
+    failures and HTTP 429/5xx `retries` times (waits 0, 2, 4 ... × `backoff_s`, never past
+    `deadline`, whose watchdog watches every socket), and at most MAX_REDIRECTS redirects."""
+    class DeadlineRetry(Retry):
+        def is_exhausted(self) -> bool:
+            return super().is_exhausted() or deadline.passed()
+
+        def get_backoff_time(self) -> float:
+            return max(0.0, min(super().get_backoff_time(), deadline.remaining_s()))
+
+    retry = DeadlineRetry(total=retries, backoff_factor=backoff_s, allowed_methods={"GET"},
+                          status_forcelist=RETRY_STATUSES, raise_on_status=False,
+                          respect_retry_after_header=False, redirect=False)
+    session = requests.Session()
+    session.max_redirects = MAX_REDIRECTS
+    session.headers.update({"User-Agent": USER_AGENT, "Accept-Encoding": "identity"})
+    adapter = _DeadlineAdapter(deadline, max_retries=retry)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
 
 
-class _ConfirmPageParser(HTMLParser):
-    """Collects the forms (action, hidden fields) and links of Google Drive's warning page."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.forms: list[tuple[str, dict[str, str]]] = []
-        self.links: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        values = {key: value or "" for key, value in attrs}
-        if tag == "form":
-            self.forms.append((values.get("action", ""), {}))
-        elif tag == "input" and self.forms and values.get("name"):
-            if values.get("type", "text") == "hidden":
-                self.forms[-1][1][values["name"]] = values.get("value", "")
-        elif tag == "a" and "confirm=" in values.get("href", ""):
-            self.links.append(values["href"])
-
-
-def drive_confirm_url(page: str, page_url: str) -> str | None:
-    """The download URL behind Google Drive's "can't scan this file for viruses" page, or None.
-
-    Handles the current form (`<form action=…/download>` with hidden id/confirm/uuid fields)
-    and the older link carrying `confirm=TOKEN`.
-    """
-    parser = _ConfirmPageParser()
-    parser.feed(page)
-    for action, fields in parser.forms:
-        if "id" in fields and ("confirm" in fields or "download" in action):
-            target = urllib.parse.urljoin(page_url, action or page_url)
-            return target.split("?")[0] + "?" + urllib.parse.urlencode(fields)
-    if parser.links:
-        return urllib.parse.urljoin(page_url, parser.links[0])
-    match = re.search(r"confirm=([0-9A-Za-z_-]+)", page)
-    if match:
-        parts = urllib.parse.urlsplit(page_url)
-        query = urllib.parse.parse_qsl(parts.query) + [("confirm", match.group(1))]
-        return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
-    return None
+_READ_ERRORS = (requests.RequestException, urllib3_exceptions.HTTPError, OSError,
+                http.client.HTTPException)
 
 
 def _local_path(url: str) -> str | None:
@@ -345,23 +262,14 @@ def _local_path(url: str) -> str | None:
     return url
 
 
-def _content_range(value: str | None) -> tuple[int, int | None] | None:
-    """(first byte, total or None) of a `Content-Range: bytes a-b/total` header."""
-    match = re.match(r"bytes (\d+)-\d+/(\d+|\*)", value or "")
-    if not match:
-        return None
-    return int(match.group(1)), None if match.group(2) == "*" else int(match.group(2))
+@contextlib.contextmanager
+def open_source(url: str, offset: int, session: requests.Session
+                ) -> Iterator[tuple[Iterator[bytes], int, int | None]]:
+    """Open `url` from byte `offset`: (chunks, first byte they hold, total size or None).
 
-
-def open_source(url: str, offset: int, opener: urllib.request.OpenerDirector | None = None,
-                _pages_followed: int = 0, deadline: Deadline | None = None
-                ) -> tuple[BinaryIO, int, int | None]:
-    """Open `url` for reading from byte `offset`: (stream, first byte it yields, total size).
-
-    The first byte is `offset` when the source honours the request (an HTTP 206, a local
-    seek) and 0 when a server ignores the Range header. A total of None means unknown.
-    `deadline` watches the connections (see `Deadline`). A redirect loop, or more than
-    urllib's 10 redirects, is one InputError line naming the URL.
+    The first byte is `offset` when the source honours the request (an HTTP 206, a local seek)
+    and 0 when a server ignores the Range header. Retryable for what a retry may cure (after
+    the session's own retries), InputError for the rest; a redirect loop is one line.
     """
     local = _local_path(url)
     if local is not None:
@@ -369,56 +277,39 @@ def open_source(url: str, offset: int, opener: urllib.request.OpenerDirector | N
             handle = open(local, "rb")
         except OSError as err:
             raise InputError(f"{local}: cannot read source ({err.strerror})") from err
-        size = os.fstat(handle.fileno()).st_size
-        start = min(offset, size)
-        handle.seek(start)
-        return handle, start, size
-    opener = opener or build_opener(deadline)
-    headers = {"User-Agent": USER_AGENT}
-    if offset:
-        headers["Range"] = f"bytes={offset}-"
+        with handle:
+            size = os.fstat(handle.fileno()).st_size
+            handle.seek(min(offset, size))
+            yield iter(lambda: handle.read(CHUNK_SIZE), b""), min(offset, size), size
+        return
     try:
-        response = opener.open(urllib.request.Request(url, headers=headers), timeout=TIMEOUT_S)
-    except urllib.error.HTTPError as err:
-        if err.code == 416 and offset:  # nothing after `offset`: the partial file is complete
-            return io.BytesIO(b""), offset, offset
-        if 300 <= err.code < 400 and "infinite loop" in str(err.msg):
-            target = urllib.parse.urljoin(err.geturl() or url, err.headers.get("Location", ""))
-            raise InputError(f"too many redirects from {shown(url)} (the last, HTTP {err.code}, "
-                             f"to {shown(target)})") from err
-        reason = shown(" ".join(str(err.reason).split()))
-        if err.code >= 500 or err.code == 429:
-            raise Retryable(f"HTTP {err.code} {reason}") from err
-        raise InputError(f"{shown(url)}: HTTP {err.code} {reason}") from err
-    except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
-        raise Retryable(shown(" ".join(str(getattr(err, "reason", err)).split()))) from err
-    if response.headers.get_content_type() == "text/html":
-        # None of the artifacts is a web page: this is Drive's confirmation (or error) page.
-        page = response.read(4 << 20).decode("utf-8", "replace")
-        response.close()
-        follow = drive_confirm_url(page, response.geturl())
-        if follow is None or _pages_followed >= 2:
-            raise InputError(f"{url}: the server sent a web page instead of the file "
-                             f"(Google Drive quota exceeded, or the file is not shared?)")
-        return open_source(follow, offset, opener, _pages_followed + 1, deadline)
-    if response.status == 206:
-        content_range = _content_range(response.headers.get("Content-Range"))
-        if content_range is None or content_range[0] != offset:
-            response.close()
-            return open_source(url, 0, opener, _pages_followed, deadline)
-        return response, offset, content_range[1]
-    length = response.headers.get("Content-Length")
-    return response, 0, int(length) if length and length.isdigit() else None
-
-
-# ----------------------------------------------------------------------------------------------
-# Downloading one file
-
-
-def partial_name(dest: str | os.PathLike) -> Path:
-    """The resumable `.partial` file a download of `dest` writes to."""
-    dest = Path(dest)
-    return dest.with_name(dest.name + ".partial")
+        response = session.get(url, headers={"Range": f"bytes={offset}-"} if offset else {},
+                               stream=True, timeout=TIMEOUT_S)
+    except requests.TooManyRedirects as err:
+        last = err.response
+        target = urllib.parse.urljoin(last.url, last.headers.get("Location", ""))
+        raise InputError(f"too many redirects from {shown(url)} (the last, HTTP "
+                         f"{last.status_code}, to {shown(target)})") from err
+    except requests.RequestException as err:
+        raise Retryable(problem(err)) from err
+    with response:
+        status = response.status_code
+        if status == 416 and offset:  # nothing after `offset`: the partial file is complete
+            yield iter(()), offset, offset
+            return
+        if status not in (200, 206):
+            words = f"HTTP {status} {shown(' '.join(str(response.reason).split()))}"
+            if status in RETRY_STATUSES:
+                raise Retryable(words)
+            raise InputError(f"{shown(url)}: {words}")
+        length = response.headers.get("Content-Length", "")
+        start = offset if status == 206 else 0
+        if status == 206 and not response.headers.get("Content-Range", "").startswith(
+                f"bytes {offset}-"):
+            raise Retryable(f"asked for bytes from {offset}, the server sent others")
+        # read1: each chunk is what one socket read brought, so a cut keeps the bytes before it
+        chunks = iter(lambda: response.raw.read1(CHUNK_SIZE, decode_content=True), b"")
+        yield chunks, start, start + int(length) if length.isdigit() else None
 
 
 class _Oversized(Exception):
@@ -426,48 +317,43 @@ class _Oversized(Exception):
 
     def __init__(self, limit: int, announced: int | None = None) -> None:
         super().__init__(limit)
-        self.limit = limit
-        self.announced = announced
+        self.limit, self.announced = limit, announced
 
 
-def _copy_from(url: str, partial: Path, expected_size: int | None, limit: int | None,
-               desc: str, deadline: Deadline) -> None:
-    """One attempt: append the rest of `url` to `partial` (truncating it if needed).
-
-    At most `limit` bytes are ever written: a source that announces or sends more raises
-    _Oversized at once, without writing past the limit.
-    """
+def _copy_from(url: str, session: requests.Session, partial: Path, expected_size: int | None,
+               limit: int | None, desc: str, deadline: Deadline) -> None:
+    """One attempt: append the rest of `url` to `partial` (truncating it if needed). At most
+    `limit` bytes are ever written: a source that announces or sends more raises _Oversized
+    at once."""
     offset = partial.stat().st_size if partial.exists() else 0
     if expected_size is not None and offset > expected_size:
         offset = 0
     if expected_size is not None and offset == expected_size:
         return
-    stream, start, total = open_source(url, offset, deadline=deadline)
-    with stream:
+    with open_source(url, offset, session) as (chunks, start, total):
         if total is not None and limit is not None and total > limit:
             raise _Oversized(limit, total)
         total = total if total is not None else expected_size
         if deadline.total is None:
             deadline.total = total
-        with open(partial, "ab") as out:
+        with open(partial, "ab") as out, tqdm(
+                total=total, initial=start, unit="B", unit_scale=True, unit_divisor=1024,
+                desc=desc, leave=False, disable=None) as bar:
             out.truncate(start)
             written = start
-            with tqdm(total=total, initial=start, unit="B", unit_scale=True, unit_divisor=1024,
-                      desc=desc, leave=False, disable=None) as bar:
-                while True:
-                    try:
-                        chunk = stream.read(CHUNK_SIZE)
-                    except (OSError, http.client.HTTPException) as err:
-                        raise Retryable(f"interrupted at byte {written}: "
-                                        f"{shown(' '.join(str(err).split()))}") from err
-                    if not chunk:
-                        break
-                    if limit is not None and written + len(chunk) > limit:
-                        raise _Oversized(limit)
-                    out.write(chunk)
-                    written += len(chunk)
-                    deadline.received += len(chunk)
-                    bar.update(len(chunk))
+            while True:
+                try:
+                    chunk = next(chunks, b"")
+                except _READ_ERRORS as err:  # not the writes: a full disk is no network fault
+                    raise Retryable(f"interrupted at byte {written}: {problem(err)}") from err
+                if not chunk:
+                    break
+                if limit is not None and written + len(chunk) > limit:
+                    raise _Oversized(limit)
+                out.write(chunk)
+                written += len(chunk)
+                deadline.received += len(chunk)
+                bar.update(len(chunk))
     if deadline.expired:  # the watchdog shut the connection: what came is not the whole file
         raise Retryable(f"stopped at byte {written} by the deadline")
     if total is not None and written < total:
@@ -479,28 +365,25 @@ def fetch(url: str, dest: str | os.PathLike, expected_md5: str | None = None,
           max_size: int | None = None) -> str:
     """Download `url` to `dest` via `dest.partial`, check it, rename it; return its md5.
 
-    An existing `dest` with the expected md5 is kept as it is. A `.partial` left by an earlier
-    run is resumed. Transient failures are retried `retries` times, each resuming, within one
-    overall deadline (`Deadline`: DEADLINE_FLOOR_S plus 1 s per MIN_RATE bytes of the file).
-    No more than `expected_size` (else `max_size`) bytes are written: a source that announces
-    or sends more is stopped at once. A wrong size or md5 removes the download; every failure
-    is an InputError naming `dest`, and advises resuming only when a `.partial` holds bytes.
+    An existing `dest` with the expected md5 is kept. A `.partial` left by an earlier run is
+    resumed, and so is a transfer cut short (`retries` times), all within one `Deadline`. No
+    more than `expected_size` (else `max_size`) bytes are written. A wrong size or md5 removes
+    the download; every failure is an InputError naming `dest`.
     """
     dest = Path(dest)
     ensure_dir(dest.parent)
-    if dest.is_file() and expected_md5 is not None:
-        if expected_size is None or dest.stat().st_size == expected_size:
-            actual = md5_file(dest)
-            if actual == expected_md5:
-                return actual
+    if expected_md5 is not None and dest.is_file():
+        if verified(dest, expected_md5, expected_size):
+            return expected_md5
         print(f"{dest}: present but not the official file; downloading it again",
               file=sys.stderr)
     partial = partial_name(dest)
     limit = expected_size if expected_size is not None else max_size
-    with Deadline(expected_size) as deadline:
+    with Deadline(expected_size) as deadline, \
+            http_session(deadline, retries, retry_wait_s) as session:
         for attempt in range(retries + 1):
             try:
-                _copy_from(url, partial, expected_size, limit, dest.name, deadline)
+                _copy_from(url, session, partial, expected_size, limit, dest.name, deadline)
                 break
             except _Oversized as err:
                 with contextlib.suppress(FileNotFoundError):
@@ -538,67 +421,42 @@ def fetch(url: str, dest: str | os.PathLike, expected_md5: str | None = None,
     return actual
 
 
-# ----------------------------------------------------------------------------------------------
-# Decompressing the dump
-
-
-class _CountingReader(io.RawIOBase):
-    """A raw binary reader that counts the bytes read from the file under it."""
-
-    def __init__(self, handle: BinaryIO) -> None:
-        super().__init__()
-        self.handle = handle
-        self.count = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:  # type: ignore[override]
-        count = self.handle.readinto(buffer)
-        self.count += count or 0
-        return count
-
-
 def decompress_bz2(source: str | os.PathLike, dest: str | os.PathLike,
                    expected_md5: str | None = None) -> str:
     """Stream-decompress a (multi-stream) .bz2 file to `dest`; return the output's md5.
 
-    The output is written beside `dest` and renamed only when complete and, if
-    `expected_md5` is given, equal to it. A truncated, empty or non-bzip2 `source` raises a
-    one-line InputError and leaves no `dest`.
+    `dest` takes its name only complete and, if `expected_md5` is given, equal to it. A
+    truncated, empty or non-bzip2 `source` is a one-line InputError and leaves no `dest`.
     """
     source = Path(source)
     try:
+        size = source.stat().st_size
         handle = open(source, "rb")
     except OSError as err:
         raise InputError(f"{source}: cannot read ({err.strerror})") from err
+    if size == 0:
+        handle.close()
+        raise InputError(f"{source}: empty file, not bzip2 data")
     digest = hashlib.md5()
-    with handle:
-        size = os.fstat(handle.fileno()).st_size
-        if size == 0:
-            raise InputError(f"{source}: empty file, not bzip2 data")
-        counter = _CountingReader(handle)
-        reader = bz2.BZ2File(io.BufferedReader(counter, CHUNK_SIZE))
-        with atomic_output(dest, "wb") as out, \
-                tqdm(total=size, unit="B", unit_scale=True, unit_divisor=1024, leave=False,
-                     desc=f"bunzip2 {source.name}", disable=None) as bar:
-            while True:
-                try:
-                    chunk = reader.read(CHUNK_SIZE)
-                except EOFError as err:
-                    raise InputError(f"{source}: truncated bzip2 data (it ends before the "
-                                     f"end-of-stream marker)") from err
-                except OSError as err:
-                    raise InputError(f"{source}: not valid bzip2 data ({err})") from err
-                if not chunk:
-                    break
-                digest.update(chunk)
-                out.write(chunk)
-                bar.update(counter.count - bar.n)
-            actual = digest.hexdigest()
-            if expected_md5 is not None and actual != expected_md5:
-                raise InputError(f"{dest}: md5 {actual} of the decompressed dump is not the "
-                                 f"official {expected_md5}")
+    with tqdm.wrapattr(handle, "read", total=size, desc=f"bunzip2 {source.name}", leave=False,
+                       disable=None) as counted, bz2.BZ2File(counted) as reader, \
+            atomic_output(dest, "wb") as out:
+        while True:
+            try:
+                chunk = reader.read(CHUNK_SIZE)
+            except EOFError as err:
+                raise InputError(f"{source}: truncated bzip2 data (it ends before the "
+                                 f"end-of-stream marker)") from err
+            except OSError as err:
+                raise InputError(f"{source}: not valid bzip2 data ({err})") from err
+            if not chunk:
+                break
+            digest.update(chunk)
+            out.write(chunk)
+        actual = digest.hexdigest()
+        if expected_md5 is not None and actual != expected_md5:
+            raise InputError(f"{dest}: md5 {actual} of the decompressed dump is not the "
+                             f"official {expected_md5}")
     return actual
 
 
@@ -663,73 +521,48 @@ def _is_access_login(response: requests.Response) -> bool:
     return response.status_code in (401, 403)
 
 
-def _read_bounded(response: requests.Response, url: str, deadline: Deadline) -> bytes:
-    """The body of a streamed response: at most R2_METADATA_MAX_BYTES (InputError beyond), and
-    Retryable once `deadline` has passed (each read returns what one socket read brought)."""
-    body = bytearray()
-    while True:
-        if deadline.passed():
-            raise Retryable(f"too slow: {len(body):,} bytes after {deadline.elapsed_s():.1f} s "
-                            f"({deadline.describe()})")
-        try:
-            chunk = response.raw.read1(1 << 16, decode_content=True)
-        except (requests.RequestException, OSError, http.client.HTTPException,
-                urllib3_exceptions.HTTPError) as err:
-            raise Retryable(shown(" ".join(str(err).split()))) from err
-        if not chunk:
-            return bytes(body)
-        body += chunk
-        deadline.received = len(body)
-        if len(body) > R2_METADATA_MAX_BYTES:
-            raise InputError(f"{shown(url)}: more than {R2_METADATA_MAX_BYTES:,} bytes, not a "
-                             f"metadata file; stopped")
-
-
 def r2_get_text(url: str, retries: int = 3, retry_wait_s: float = 2.0) -> str:
-    """The text of a small metadata file (`http(s)://`, `file://` or a path).
-
-    Raises R2LoginRequired when the bucket wants a Cloudflare Access login, InputError for
-    anything else that is not the file (after `retries` retries of transient failures). The
-    body is read up to R2_METADATA_MAX_BYTES, within one `Deadline` for all attempts.
-    """
+    """The text of a small metadata file (`http(s)://`, `file://` or a path), read up to
+    R2_METADATA_MAX_BYTES within one `Deadline`. R2LoginRequired when the bucket wants a
+    Cloudflare Access login, InputError for anything else that is not the file."""
     local = _local_path(url)
     if local is not None:
         try:
             return Path(local).read_text(encoding="utf-8")
         except OSError as err:
             raise InputError(f"{local}: cannot read ({err.strerror})") from err
-    problem = ""
-    deadline = Deadline(R2_METADATA_MAX_BYTES)
-    for attempt in range(retries + 1):
+    with Deadline(R2_METADATA_MAX_BYTES) as deadline, \
+            http_session(deadline, retries, retry_wait_s) as session:
         try:
-            with requests.get(url, headers={"User-Agent": USER_AGENT}, timeout=TIMEOUT_S,
-                              allow_redirects=False, stream=True) as response:
-                if _is_access_login(response):
-                    raise R2LoginRequired(f"{shown(url)}: the bucket asks for a Cloudflare "
-                                          f"Access login")
-                if response.is_redirect:
-                    raise InputError(f"{shown(url)}: unexpected redirect to "
-                                     f"{shown(response.headers['Location'])}")
-                if response.status_code == 200:
-                    body = _read_bounded(response, url, deadline)
-                    text = body.decode(response.encoding or "utf-8", "replace")
-                    if (response.headers.get("Content-Type", "").startswith("text/html")
-                            and "cloudflareaccess" in text.lower()):
-                        raise R2LoginRequired(f"{shown(url)}: the bucket answers with a "
-                                              f"Cloudflare Access login page")
-                    return text
-                problem = f"HTTP {response.status_code} {shown(response.reason)}"
-                if response.status_code < 500 and response.status_code != 429:
-                    raise InputError(f"{shown(url)}: {problem}")
+            response = session.get(url, allow_redirects=False, stream=True, timeout=TIMEOUT_S)
         except requests.RequestException as err:
-            problem = shown(" ".join(str(err).split()))
-        except Retryable as err:
-            problem = str(err)
-        if attempt == retries or deadline.passed():
-            raise InputError(f"{shown(url)}: {problem}")
-        time.sleep(max(0.0, min(retry_wait_s * (attempt + 1), deadline.remaining_s())))
-    raise AssertionError("unreachable")
-
+            raise InputError(f"{shown(url)}: {problem(err)}") from err
+        with response:
+            if _is_access_login(response):
+                raise R2LoginRequired(f"{shown(url)}: the bucket asks for a Cloudflare Access "
+                                      f"login")
+            if response.is_redirect:
+                raise InputError(f"{shown(url)}: unexpected redirect to "
+                                 f"{shown(response.headers['Location'])}")
+            if response.status_code != 200:
+                raise InputError(f"{shown(url)}: HTTP {response.status_code} "
+                                 f"{shown(response.reason)}")
+            body = bytearray()
+            try:
+                for chunk in iter(lambda: response.raw.read1(1 << 16, decode_content=True), b""):
+                    body += chunk
+                    if len(body) > R2_METADATA_MAX_BYTES:
+                        raise InputError(f"{shown(url)}: more than {R2_METADATA_MAX_BYTES:,} "
+                                         f"bytes, not a metadata file; stopped")
+            except _READ_ERRORS as err:
+                slow = f"too slow ({deadline.describe()}): " if deadline.passed() else ""
+                raise InputError(f"{shown(url)}: {slow}{problem(err)}") from err
+            text = body.decode(response.encoding or "utf-8", "replace")
+    if (response.headers.get("Content-Type", "").startswith("text/html")
+            and "cloudflareaccess" in text.lower()):
+        raise R2LoginRequired(f"{shown(url)}: the bucket answers with a Cloudflare Access "
+                              f"login page")
+    return text
 
 def parse_uri_file(text: str, uri: str) -> str:
     """The dataset folder's URL that a `.uri` metadata file holds (its one line)."""
@@ -787,35 +620,6 @@ def bucket_path(artifact: checksums.Artifact, listing: Mapping[str, str], where:
         raise InputError(f"{artifact.path}: not in the bucket's list {where}")
     folder = artifact.path.rpartition("/")[0]
     return next((path for path in same if path.rpartition("/")[0] == folder), same[0])
-
-
-def _in_place(dest: Path, md5: str | None, size: int | None) -> bool:
-    """Whether `dest` already holds the file with md5 `md5` (and `size` bytes, when known)."""
-    if md5 is None or not dest.is_file():
-        return False
-    if size is not None and dest.stat().st_size != size:
-        return False
-    return md5_file(dest) == md5
-
-
-def _place(source: Path, dest: Path) -> None:
-    """Put the verified file `source` at `dest`: a hard link where the file system allows one,
-    else a copy; `dest` appears only complete."""
-    ensure_dir(dest.parent)
-    tmp = temporary_name(dest)
-    with contextlib.suppress(FileNotFoundError):
-        tmp.unlink()
-    try:
-        try:
-            os.link(source, tmp)
-        except OSError:
-            shutil.copyfile(source, tmp)
-        os.replace(tmp, dest)
-    except OSError as err:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise disk_full(dest, err) or InputError(
-            f"{dest}: cannot place {source} there ({err.strerror})") from err
 
 
 def _check_found(found: Path, md5: str, size: int | None, label: str, removable: bool,
@@ -876,10 +680,10 @@ def import_inputs(folder: Path, listing: Mapping[str, str] | None, paths: list[s
         if found is None:
             raise InputError(f"{folder / candidates[0]}: missing ({path} is not in {folder})")
         same = dest.is_file() and os.path.samefile(found, dest)
-        if same or not _in_place(dest, artifact.md5, artifact.size):
+        if same or not verified(dest, artifact.md5, artifact.size):
             _check_found(found, artifact.md5, artifact.size, path, removable, resumable)
             if not same:
-                _place(found, dest)
+                place(found, dest)
         placed.append(dest)
         print(f"ok  {path}")
     return placed
@@ -977,7 +781,7 @@ def _write_verified(stream: BinaryIO, dest: Path, md5: str, source: Path) -> Non
 def pending_results(results_dir: Path, expected: Mapping[str, str],
                     names: list[str]) -> list[str]:
     """The names among `names` that `results_dir` does not hold verified yet."""
-    return [name for name in names if not _in_place(results_dir / name, expected[name], None)]
+    return [name for name in names if not verified(results_dir / name, expected[name], None)]
 
 
 def unpack_results(source: Path, expected: Mapping[str, str], names: list[str],
@@ -1166,7 +970,7 @@ def r2_download(request: R2Request, known: Mapping[str, checksums.Artifact], out
             return placed
     placed = []
     for name in request.datasets():
-        if name == R2_INPUTS and all(_in_place(output_dir / path, known[path].md5,
+        if name == R2_INPUTS and all(verified(output_dir / path, known[path].md5,
                                                known[path].size) for path in request.inputs):
             for path in request.inputs:
                 print(f"ok  {path}")
@@ -1259,10 +1063,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="Comma-separated paths or groups: " + _group_sizes()
                         + f" (default: {DEFAULT_ARTIFACTS}, as make download; all = config, "
                         "vocab, both checkpoints and the dump).")
-    parser.add_argument("--source", choices=("r2", "drive", "url"), default="r2",
+    parser.add_argument("--source", choices=("r2", "url"), default="r2",
                         help="Where artifacts without --url/--base_url come from: the MLCommons "
-                        "R2 bucket (default), the reference's Google Drive ids, or nowhere "
-                        "(url: every artifact needs --url or --base_url).")
+                        "R2 bucket (default; it holds every file of the reference's old Google "
+                        "Drive ids), or nowhere (url: every artifact needs --url or --base_url).")
     parser.add_argument("--url", action="append", default=[], metavar="NAME=URL",
                         help="Source of one artifact (http(s)://, file:// or a path); repeatable.")
     parser.add_argument("--base_url", default=None,
@@ -1300,7 +1104,7 @@ def main(argv: list[str] | None = None) -> None:
     # The bucket provides what has no --url and no --base_url.
     from_r2 = [path for path in paths
                if args.source == "r2" and path not in urls and not args.base_url]
-    sources = {path: source_url(path, urls, args.base_url, drive=args.source == "drive")
+    sources = {path: source_url(path, urls, args.base_url)
                for path in paths if path not in from_r2}
     request = r2_request(from_r2, names, known)
     if args.list:
@@ -1331,7 +1135,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.decompress and DUMP_BZ2 in paths:
         xml = known[DUMP_XML]
         dest = output_dir / DUMP_XML
-        if not (dest.is_file() and dest.stat().st_size == xml.size and md5_file(dest) == xml.md5):
+        if not verified(dest, xml.md5, xml.size):
             decompress_bz2(output_dir / DUMP_BZ2, dest, xml.md5)
         print(f"ok  {DUMP_XML}")
         count += 1

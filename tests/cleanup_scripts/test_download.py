@@ -23,11 +23,7 @@ CONFIG = cleanup_scripts.BERT_CONFIG_FILE.read_bytes()
 
 
 class FileServer:
-    """A loopback HTTP server with Range support and a Drive-like confirmation page.
-
-    `files` maps URL paths to bytes. `/uc?id=NAME` answers an HTML warning page whose form
-    leads to `/download?id=NAME&confirm=t&uuid=…`, which serves `files["/" + NAME]`.
-    """
+    """A loopback HTTP server with Range support; `files` maps URL paths to bytes."""
 
     def __init__(self):
         self.files = {}
@@ -42,26 +38,8 @@ class FileServer:
 
             def do_GET(self):
                 parts = urllib.parse.urlsplit(self.path)
-                query = dict(urllib.parse.parse_qsl(parts.query))
                 server.requests.append((parts.path, self.headers.get("Range")))
-                if parts.path == "/uc":
-                    page = ('<html><body><form id="download-form" action="/download" '
-                            'method="get"><input type="submit" value="Download anyway"/>'
-                            f'<input type="hidden" name="id" value="{query["id"]}">'
-                            '<input type="hidden" name="export" value="download">'
-                            '<input type="hidden" name="confirm" value="t">'
-                            '<input type="hidden" name="uuid" value="1234"></form>'
-                            '</body></html>').encode()
-                    self.send_response(200)
-                    self.send_header("Content-Type", "text/html; charset=utf-8")
-                    self.send_header("Content-Length", str(len(page)))
-                    self.end_headers()
-                    self.wfile.write(page)
-                    return
-                if parts.path == "/download" and query.get("confirm") == "t":
-                    name = "/" + query["id"]
-                else:
-                    name = parts.path
+                name = parts.path
                 if name not in server.files:
                     self.send_error(404)
                     return
@@ -141,22 +119,6 @@ def test_wrong_md5_is_rejected_and_no_file_is_left(server, tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_follows_the_drive_confirmation_page(server, tmp_path):
-    server.files["/VOCABID"] = VOCAB
-    url = f"{server.url}/uc?export=download&id=VOCABID"
-    assert run_cli([f"--output_dir={tmp_path}", "--artifacts=vocab",
-                    f"--url=vocab.txt={url}"]) == 0
-    assert (tmp_path / "vocab.txt").read_bytes() == VOCAB
-    assert server.paths_requested() == ["/uc", "/download"]
-
-
-def test_drive_confirm_link_of_the_older_page():
-    page = '<a id="uc-download-link" href="/uc?export=download&amp;confirm=Ab_1&amp;id=XYZ">'
-    assert download.drive_confirm_url(page, "https://drive.google.com/uc?id=XYZ") == \
-        "https://drive.google.com/uc?export=download&confirm=Ab_1&id=XYZ"
-    assert download.drive_confirm_url("<html>Quota exceeded</html>", "https://x/uc") is None
-
-
 def test_file_urls_and_local_paths(tmp_path):
     out = tmp_path / "out"
     vocab_url = cleanup_scripts.VOCAB_FILE.as_uri()
@@ -174,12 +136,14 @@ def test_verified_file_is_not_downloaded_again(server, tmp_path):
     assert server.requests == []
 
 
-def test_list_shows_the_reference_drive_sources(capsys):
-    assert run_cli(["--output_dir=unused", "--source=drive", "--list", "--artifacts=all"]) == 0
-    lines = dict(line.split("\t") for line in capsys.readouterr().out.splitlines())
-    assert len(lines) == 8
-    assert lines["tf1_ckpt/model.ckpt-28252.index"] == \
-        "https://drive.google.com/uc?export=download&id=1Q47V3K3jFRkbJ2zGCrKkKk-n0fvMZsa0"
+def test_there_is_no_google_drive_route(capsys):
+    """The R2 bucket holds every file the reference's Drive ids did (the TF1 data file under
+    another name, found by its md5), so --source=drive is gone."""
+    assert run_cli(["--output_dir=unused", "--source=drive", "--list"]) == 2
+    assert "invalid choice: 'drive'" in capsys.readouterr().err
+    inputs = download.artifact_groups()["all"]
+    assert len(inputs) == 8 and all(checksums.known_artifacts()[path].group == "inputs"
+                                    for path in inputs)
 
 
 def test_the_default_is_make_downloads_and_the_size_is_said_before_starting(capsys, tmp_path):
@@ -207,7 +171,7 @@ def test_list_defaults_to_the_mlcommons_r2_bucket(capsys):
 def test_unknown_artifact_and_missing_source_are_errors(capsys):
     assert run_cli(["--output_dir=unused", "--artifacts=weights"]) == 1
     assert "weights: unknown artifact" in capsys.readouterr().err
-    assert run_cli(["--output_dir=unused", "--artifacts=results/eval.txt", "--source=drive",
+    assert run_cli(["--output_dir=unused", "--artifacts=results/eval.txt", "--source=url",
                     "--list"]) == 1
     assert "results/eval.txt: no default source" in capsys.readouterr().err
     assert run_cli(["--output_dir=unused", "--artifacts=vocab", "--source=url", "--list"]) == 1

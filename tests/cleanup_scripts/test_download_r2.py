@@ -556,6 +556,6 @@ def test_from_dir_mismatch_names_the_file_and_keeps_the_users_copy(bucket, repli
 
 
 def test_from_dir_needs_the_r2_source(tmp_path, capsys):
-    assert run_cli([f"--output_dir={tmp_path}", "--source=drive",
+    assert run_cli([f"--output_dir={tmp_path}", "--source=url",
                     f"--from_dir={tmp_path}"]) == 1
-    assert "do not go with --source=drive" in error_line(capsys)
+    assert "do not go with --source=url" in error_line(capsys)
