@@ -319,10 +319,11 @@ def check_eval_sequence(view: LogView) -> Iterator[Finding]:
 
 
 def check_eval_cadence(view: LogView) -> Iterator[Finding]:
-    """Evals at the due points of eval_frequency(global_batch_size) (`benchmark.cadence`): a
-    schedule of another interval, an eval well before its due point, a second eval for one
-    due point, a skipped due point or samples going backwards is an error; drift and
-    lateness seen in accepted results are warnings."""
+    """Closed division ("CLOSED: ... at the same frequency"; an open run picks its own
+    schedule): evals at the due points of eval_frequency(global_batch_size)
+    (`benchmark.cadence`). A schedule of another interval, an eval well before its due
+    point, a second eval for one due point, a skipped due point or samples going backwards
+    is an error; drift and lateness seen in accepted results are warnings."""
     if not view.evals:
         return
     batch = view.batch_size
@@ -556,7 +557,7 @@ RULES: tuple[Rule, ...] = (
          check_eval_sequence),
     Rule("bert/eval-cadence", ERROR,
          "Evals come at the due points of eval_frequency(global_batch_size).",
-         check_eval_cadence, SRC_QUALITY, open_severity=WARNING, beyond_official=True),
+         check_eval_cadence, SRC_QUALITY, ("closed",), beyond_official=True),
     Rule("bert/blocks", WARNING,
          "Blocks start where the previous ended; the eval after a block is at its end.",
          check_blocks),
