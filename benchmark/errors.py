@@ -1,7 +1,9 @@
 """The one user-error class of the project, and how every command line reports it.
 
 A `UserError` is a problem with what the user gave: a flag, a file, a dump, a log, a
-checkpoint. Its message is one line that names the flag or file and the problem. Every CLI runs
+checkpoint. Its message is one line that names the flag or file and the problem, printed
+through `printable`, the one escaping of text from an input (file names, values) before it
+reaches a terminal. Every CLI runs
 its `main` through `exit_on_user_error`, which prints that line and exits with status 1; any
 other exception is a bug and keeps its traceback. Each package's specific errors (bad dump,
 bad config, bad checkpoint, ...) subclass it.
@@ -10,6 +12,27 @@ from __future__ import annotations
 
 import sys
 from typing import Callable
+
+
+def _escape(char: str) -> str:
+    if char in "\n\r\t":
+        return repr(char)[1:-1]
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def printable(text: str, keep_newlines: bool = False) -> str:
+    """`text` with every character a terminal acts on or cannot encode as a backslash escape:
+    control characters (ESC, CR, newline unless `keep_newlines`), line and paragraph
+    separators, format characters such as bidi overrides, and the lone surrogates that stand
+    for the bytes of a file name that is not UTF-8."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or (keep_newlines and c == "\n") else _escape(c)
+                   for c in text)
 
 
 class UserError(Exception):
@@ -22,7 +45,7 @@ def exit_on_user_error(main: Callable[[], None]) -> None:
     try:
         main()
     except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {printable(err)}", file=sys.stderr)
         sys.exit(1)
 
 

@@ -10,30 +10,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from benchmark.errors import printable
+
 ERROR = "error"
 WARNING = "warning"
 MAX_MESSAGE_CHARS = 2000  # a message longer than this is cut (a 300-digit number, a long path)
 
-
-def _escape(char: str) -> str:
-    if char in "\n\r\t":
-        return repr(char)[1:-1]
-    code = ord(char)
-    if code < 0x100:
-        return f"\\x{code:02x}"
-    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
-
-
-def printable(text: str, keep_newlines: bool = False) -> str:
-    """`text` with every character a terminal acts on or cannot encode as a backslash escape:
-    control characters (ESC, CR, newline unless `keep_newlines`), line and paragraph
-    separators, format characters such as bidi overrides, and the lone surrogates that stand
-    for the bytes of a file name that is not UTF-8."""
-    text = str(text)
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() or (keep_newlines and c == "\n") else _escape(c)
-                   for c in text)
 
 # The source of an error whose check gives none, by the family of its rule (the part of the
 # rule's name before "/"): what the official tools and rules read, and where that is said.

@@ -15,6 +15,7 @@ import stat
 import time
 from typing import Iterator
 
+from benchmark.errors import printable  # noqa: F401 - the one escaping, for this package
 from benchmark.files import (DiskFullError, InputError, atomic_output, disk_full, ensure_dir,
                              temporary_name)
 
@@ -25,18 +26,6 @@ __all__ = ["DiskFullError", "InputError", "atomic_output", "disk_full", "ensure_
 
 _SPECIAL_KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                   (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
-
-
-def printable(value: object) -> str:
-    """`value` as text fit for a one-line message: every character that is not printable (a
-    control character, a newline, an escape sequence's ESC, a byte of a non-UTF-8 file name)
-    written as a backslash escape (\\x1b, \\n, \\udcff); spaces and letters are kept."""
-    text = os.fspath(value) if isinstance(value, os.PathLike) else str(value)
-    if text.isprintable():
-        return text
-    return "".join(char if char.isprintable() else
-                   char.encode("unicode_escape", "backslashreplace").decode("ascii")
-                   for char in text)
 
 
 def special_file_kind(mode: int) -> str:
