@@ -1,42 +1,28 @@
 """Google Cloud Storage for the dataset: `gs://` URLs, listing with md5s, and parallel,
-resumable, md5-verified uploads and downloads.
+md5-verified uploads and downloads through google-cloud-storage's own transfers.
 
     python -m cleanup_scripts.storage ls gs://bucket/prefix
     python -m cleanup_scripts.storage download gs://bucket/prefix DIR [--nworker=8]
 
-(`python -m cleanup_scripts.upload` uploads a dataset; `python -m cleanup_scripts.verify
-gs://bucket/prefix` checks a bucket copy against `checksums/`.)
+Credentials: Google's default ones; with STORAGE_EMULATOR_HOST (`http://127.0.0.1:9023`) every
+request goes to that emulator without credentials.
 
-Credentials: Google's default credentials (`gcloud auth application-default login`, a service
-account in GOOGLE_APPLICATION_CREDENTIALS, or the metadata server on Google Cloud). When
-STORAGE_EMULATOR_HOST is set (`http://127.0.0.1:9023`), every request goes to that emulator
-without credentials instead.
+Before any request: a `gs://` URL is checked against the bucket naming rules
+(`parse_gcs_url`); an upload refuses a path leading outside the source directory and a file
+whose md5 is no longer the one `manifest.tsv` lists (`check_manifest_md5s`).
 
-A `gs://` URL is checked before any request (`parse_gcs_url`: the bucket naming rules), and
-an upload refuses, before sending anything, a path that leads outside the source directory
-(absolute, `..`, a symlink out of it) and a file whose md5 is no longer the one `manifest.tsv`
-lists (the pipeline's ledgers in `.state/` vouch for unchanged size and mtime; other files
-are hashed again).
+Every object is checked against an md5: an upload puts the file's md5 in the object's metadata
+(the bucket refuses other bytes) and compares what the bucket reports; a download compares
+`<file>.partial` with the object's md5 before renaming it.
 
-Every transfer is checked against an md5: an upload sends the file's md5 (from the dataset's
-`manifest.tsv`, else computed) in the object's metadata, so the bucket itself rejects other
-bytes, and the md5 the bucket reports afterwards is compared again; a download is compared
-with the object's md5 before it is renamed into place.
+`manifest.tsv` is the commit record: an upload sends it last, alone, once every file it lists
+is in the bucket (a stale bucket manifest is deleted first); a download checks that every file
+it lists is there with its size and md5 before fetching anything, and writes it last.
 
-`manifest.tsv` is the commit record of a dataset's upload: it is sent last, alone, once every
-file it lists is in the bucket with its md5 (a bucket manifest that no longer holds is deleted
-before anything else changes), so an interrupted upload leaves no manifest. A download of a
-prefix holding one first checks that every file it lists is there with its size and md5 (one
-line and nothing downloaded otherwise) and writes the manifest last.
-
-Bounds: a storage call retries transient failures for RETRY_TIMEOUT_S (10 s) in all, then
-stops with one line naming the endpoint and the problem ("connection refused").
-
-Resumption: an upload skips objects already in the bucket with the right md5; a file larger
-than one chunk goes through a resumable upload session whose URL is kept in a small state file
-(`<source_dir>/.state/upload/`), so a re-run after an interruption continues from the bytes the
-bucket already holds. A download writes `<file>.partial`, and a re-run continues it with a
-ranged read.
+Bounds and resumption: a storage call retries transient failures for RETRY_TIMEOUT_S (10 s) in
+all, then fails in one line naming the endpoint. A re-run skips every object (or file) already
+there with the right md5, so after a kill it redoes only the uploads that were in flight; a
+download continues its `.partial` with a ranged read.
 """
 from __future__ import annotations
 
@@ -44,15 +30,12 @@ import argparse
 import base64
 import binascii
 import concurrent.futures
-import contextlib
 import hashlib
-import json
 import os
 import re
 import sys
 import threading
 import time
-import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable, Iterable
@@ -62,13 +45,15 @@ from google.api_core import exceptions as api_exceptions
 from google.auth import exceptions as auth_exceptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
+from google.cloud.storage.exceptions import InvalidResponse
 from google.cloud.storage.retry import DEFAULT_RETRY
 from tqdm import tqdm
 
 from benchmark.errors import exit_on_user_error
 from benchmark.files import md5_file
-from cleanup_scripts.artifacts import Retryable, shown
-from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir
+from cleanup_scripts.artifacts import causes as artifact_causes
+from cleanup_scripts.artifacts import partial_name, problem, resume_hint, shown, verified
+from cleanup_scripts.fileio import InputError, ensure_dir
 from cleanup_scripts.layout import DatasetLayout
 from cleanup_scripts.ledger import Entry, OutputLedger
 from cleanup_scripts.runner import StageSummary, report
@@ -77,15 +62,11 @@ GS_SCHEME = "gs://"
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 MANIFEST = "manifest.tsv"
 
-# Resumable-upload chunks must be multiples of 256 KiB (except the last one).
+# Chunks of a resumable upload or a chunked download: multiples of 256 KiB.
 CHUNK_QUANTUM = 256 << 10
 DEFAULT_CHUNK_SIZE = 16 << 20
-# Files up to this size (and up to one chunk) go in one request; larger ones by a session.
-SINGLE_REQUEST_MAX = 8 << 20
 DEFAULT_THREADS = 8
 TIMEOUT_S = (30, 300)  # connect, read
-RETRIES = 5
-RETRY_WAIT_S = 1.0
 # A storage call (listing, a download, a delete) retries a transient failure (connection
 # refused or reset, HTTP 429/5xx) with waits of 0.5, 1, 2, 4, 4 ... s for at most this long in
 # all, then fails with one line naming the endpoint (the library's default is 120 s).
@@ -223,24 +204,10 @@ def endpoint() -> str:
     return emulator_endpoint() or DEFAULT_ENDPOINT
 
 
-def _causes(err: BaseException) -> Iterable[BaseException]:
-    """`err` and every exception under it: causes, contexts, a RetryError's last failure,
-    urllib3's `reason`, exceptions passed as arguments."""
-    seen, stack = set(), [err]
-    while stack:
-        item = stack.pop()
-        if not isinstance(item, BaseException) or id(item) in seen:
-            continue
-        seen.add(id(item))
-        yield item
-        stack += [item.__cause__, item.__context__, getattr(item, "reason", None),
-                  getattr(item, "cause", None), *getattr(item, "args", ())]
-
-
 def connection_problem(err: BaseException) -> str | None:
     """"connection refused", "timed out", ... when `err` is a failure to reach the endpoint
     (None for anything else, such as an HTTP error answer)."""
-    causes = list(_causes(err))
+    causes = list(artifact_causes(err))
     if any(isinstance(c, ConnectionRefusedError) for c in causes):
         return "connection refused"
     if not any(isinstance(c, (requests.ConnectionError, requests.Timeout, OSError))
@@ -465,187 +432,39 @@ def chunk_size_bytes(megabytes: float) -> int:
     return -(-size // CHUNK_QUANTUM) * CHUNK_QUANTUM
 
 
-def state_path(state_dir: Path, url: str) -> Path:
-    """The state file of the resumable upload to `url` (a readable, escaped name)."""
-    return state_dir / (urllib.parse.quote(url, safe="") + ".json")
-
-
-def _read_state(path: Path, expected: dict) -> dict | None:
-    """The saved session for `expected` (same object, size and md5), or None."""
-    try:
-        state = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if any(state.get(key) != value for key, value in expected.items()):
-        return None
-    return state if isinstance(state.get("session_url"), str) else None
-
-
-def _write_state(path: Path, state: dict) -> None:
-    with atomic_output(path) as out:
-        json.dump(state, out, indent=1)
-
-
-def _received_bytes(response: requests.Response) -> int:
-    """Bytes a 308 (Resume Incomplete) says the bucket holds: `Range: bytes=0-N` → N+1."""
-    value = response.headers.get("Range", "")
-    if not value.startswith("bytes=0-"):
-        return 0
-    return int(value.rsplit("-", 1)[1]) + 1
-
-
-def _put(session: requests.Session, url: str, data: bytes, content_range: str
-         ) -> requests.Response:
-    try:
-        response = session.put(url, data=data, headers={"Content-Range": content_range},
-                               timeout=TIMEOUT_S)
-    except requests.RequestException as err:
-        problem = connection_problem(err) or shown(" ".join(str(err).split()))
-        raise Retryable(f"{problem} ({shown(endpoint())})") from err
-    if response.status_code >= 500 or response.status_code == 429:
-        raise Retryable(f"HTTP {response.status_code}")
-    return response
-
-
-def _session_offset(session: requests.Session, session_url: str, size: int
-                    ) -> tuple[int | None, dict | None]:
-    """Ask a resumable session how far it got: (bytes held, None); (size, object resource)
-    when it already finished; (None, None) when the session is gone."""
-    response = _put(session, session_url, b"", f"bytes */{size}")
-    if response.status_code == 308:
-        return _received_bytes(response), None
-    if response.status_code in (200, 201):
-        return size, response.json()
-    return None, None  # 404/410: expired or unknown; start again
-
-
-class _UploadError(Exception):
-    """The bucket refused the object (its message names the reason)."""
-
-
-def _chunked_upload(blob: storage.Blob, local: LocalFile, md5: str, chunk_size: int,
-                    state_file: Path, client: storage.Client, on_bytes: Callable[[int], None]
-                    ) -> tuple[dict, int, int]:
-    """Upload `local` through a resumable session, continuing a saved one; return
-    (object resource, bytes sent, byte it resumed from)."""
-    identity = {"bucket": blob.bucket.name, "object": blob.name, "size": local.size, "md5": md5}
-    state = _read_state(state_file, identity)
-    session = requests.Session()
-    offset, resource, resumed_from = 0, None, 0
-    if state is not None:
-        offset, resource = _session_offset(session, state["session_url"], local.size)
-        if offset is None:
-            state, offset = None, 0
-        else:
-            resumed_from = offset
-    if state is None:
-        blob.md5_hash = md5_base64(md5)  # the bucket rejects the object if the bytes differ
-        try:
-            session_url = blob.create_resumable_upload_session(
-                content_type="application/octet-stream", size=local.size, client=client,
-                timeout=TIMEOUT_S, checksum=None)
-        except (api_exceptions.GoogleAPIError, requests.RequestException) as err:
-            raise _api_error(f"{GS_SCHEME}{blob.bucket.name}/{blob.name}", err) from err
-        state = dict(identity, session_url=session_url, started=time.time())
-    sent = 0
-    failures = 0
-    need_status = False  # after a failed request: ask the session how far it got
-    with open(local.path, "rb") as handle:
-        while resource is None:
-            try:
-                if need_status:
-                    held, resource = _session_offset(session, state["session_url"], local.size)
-                    if held is None:
-                        raise _UploadError("the upload session was lost; run again")
-                    offset, need_status = held, False
-                    continue
-                handle.seek(offset)
-                data = handle.read(chunk_size)
-                end = offset + len(data) - 1
-                response = _put(session, state["session_url"], data,
-                                f"bytes {offset}-{end}/{local.size}")
-                if response.status_code == 308:
-                    received = _received_bytes(response)
-                    sent += max(0, received - offset)
-                    on_bytes(max(0, received - offset))
-                    offset = received
-                    # Saved only once the bucket holds bytes: a new session has nothing to resume.
-                    _write_state(state_file, dict(state, offset=offset))
-                elif response.status_code in (200, 201):
-                    sent += len(data)
-                    on_bytes(len(data))
-                    resource = response.json()
-                elif response.status_code in (404, 410):
-                    raise _UploadError("the upload session expired; run again to restart it")
-                else:
-                    raise _UploadError(_error_message(response))
-                failures = 0
-            except Retryable as err:
-                failures += 1
-                if failures > RETRIES:
-                    raise _UploadError(f"{err}; run again to resume from byte {offset}") from err
-                time.sleep(RETRY_WAIT_S * failures)
-                need_status = True
-    with contextlib.suppress(FileNotFoundError):
-        state_file.unlink()
-    return resource, sent, resumed_from
-
-
-def _error_message(response: requests.Response) -> str:
-    try:
-        message = response.json()["error"]["message"]
-    except (ValueError, KeyError, TypeError):
-        message = response.text[:200]
-    return f"HTTP {response.status_code}: {shown(' '.join(str(message).split()))}"
-
-
-def _single_upload(blob: storage.Blob, local: LocalFile, md5: str, client: storage.Client
-                   ) -> str | None:
-    """Upload `local` in one request with its md5 in the metadata; the bucket's md5 (hex)."""
-    blob.md5_hash = md5_base64(md5)
-    try:
-        blob.upload_from_filename(str(local.path), content_type="application/octet-stream",
-                                  client=client, timeout=TIMEOUT_S, checksum=None)
-    except api_exceptions.BadRequest as err:
-        raise _UploadError(err.message) from err
-    except (api_exceptions.GoogleAPIError, requests.RequestException) as err:
-        raise _api_error(f"{GS_SCHEME}{blob.bucket.name}/{blob.name}", err) from err
-    return md5_hex(blob.md5_hash)
-
-
 def upload_file(client: storage.Client, url: GcsUrl, local: LocalFile,
-                existing: RemoteObject | None, chunk_size: int, state_dir: Path,
+                existing: RemoteObject | None, chunk_size: int,
                 on_bytes: Callable[[int], None] = lambda count: None) -> Transfer:
-    """Upload one file unless the bucket already holds it with the same md5; then check the
-    md5 the bucket reports. InputError, naming the object, when it differs."""
+    """Upload one file unless the bucket already holds it with the same md5, by the library's
+    own transfer (one request up to 8 MiB, else a resumable upload in `chunk_size` chunks,
+    each retried by `retry_policy`); then check the md5 the bucket reports. InputError, naming
+    the object, when it differs.
+
+    The file's md5 goes in the object's metadata, so the bucket itself refuses other bytes
+    (the library's `checksum="md5"` would replace it by the md5 of the bytes read, which a
+    file changed since its manifest was written would match).
+    """
     target = url.child(local.relative)
     md5 = local.md5 or md5_file(local.path)
     if existing is not None and existing.md5 == md5 and existing.size == local.size:
-        state_path(state_dir, target).unlink(missing_ok=True)  # a session that had finished
         on_bytes(local.size)
         return Transfer(local.relative, local.size, "present")
-    blob = client.bucket(url.bucket).blob(url.object_name(local.relative))
-    resumed_from, sent = 0, local.size
+    blob = client.bucket(url.bucket).blob(url.object_name(local.relative), chunk_size=chunk_size)
+    blob.md5_hash = md5_base64(md5)
     try:
-        if local.size > min(chunk_size, SINGLE_REQUEST_MAX):
-            resource, sent, resumed_from = _chunked_upload(
-                blob, local, md5, chunk_size, state_path(state_dir, target), client, on_bytes)
-            remote_md5 = md5_hex(resource.get("md5Hash"))
-        else:
-            remote_md5 = _single_upload(blob, local, md5, client)
-            on_bytes(local.size)
-    except Retryable as err:
-        raise InputError(f"{target}: upload failed ({err}); run again to resume") from err
-    except _UploadError as err:
-        if "md5" in str(err).lower():
+        blob.upload_from_filename(str(local.path), content_type="application/octet-stream",
+                                  client=client, timeout=TIMEOUT_S, checksum=None,
+                                  retry=retry_policy())
+    except (api_exceptions.GoogleAPIError, requests.RequestException, InvalidResponse) as err:
+        if "md5" in str(err).lower() and connection_problem(err) is None:
             raise InputError(f"{target}: the bucket's md5 of the uploaded bytes is not {md5}, "
-                             f"the md5 of {local.path} ({err})") from err
-        raise InputError(f"{target}: upload failed ({err})") from err
-    if remote_md5 != md5:
-        raise InputError(f"{target}: md5 {remote_md5} in the bucket after upload, expected {md5} "
-                         f"({local.path})")
-    return Transfer(local.relative, local.size, "resumed" if resumed_from else "uploaded",
-                    sent, resumed_from)
+                             f"the md5 of {local.path} ({problem(err)[:200]})") from err
+        raise _api_error(target, err) from err
+    on_bytes(local.size)
+    if md5_hex(blob.md5_hash) != md5:
+        raise InputError(f"{target}: md5 {md5_hex(blob.md5_hash)} in the bucket after upload, "
+                         f"expected {md5} ({local.path})")
+    return Transfer(local.relative, local.size, "uploaded", local.size)
 
 
 def _thread_count(nworker: int, items: int) -> int:
@@ -692,10 +511,10 @@ def _run_in_threads(function: Callable, items: list, nworker: int, total_bytes: 
 
 
 def upload_tree(source_dir: str | os.PathLike, url: str | GcsUrl, nworker: int = DEFAULT_THREADS,
-                chunk_size: int = DEFAULT_CHUNK_SIZE, state_dir: str | os.PathLike | None = None
-                ) -> list[Transfer]:
-    """Upload `source_dir` (see `local_files`) to `url` in `nworker` threads, resuming where
-    an earlier run stopped; every object's md5 is checked. Returns one Transfer per file.
+                chunk_size: int = DEFAULT_CHUNK_SIZE) -> list[Transfer]:
+    """Upload `source_dir` (see `local_files`) to `url` in `nworker` threads, skipping objects
+    already there with the right md5 (so a re-run after a kill redoes only the files that were
+    in flight); every object's md5 is checked. Returns one Transfer per file.
 
     Nothing is uploaded unless every path stays inside `source_dir` and every file listed in
     its manifest still has the manifest's size and md5 (`check_manifest_md5s`).
@@ -712,7 +531,6 @@ def upload_tree(source_dir: str | os.PathLike, url: str | GcsUrl, nworker: int =
     client = make_client()
     existing = list_objects(url, client)
     check_manifest_md5s(files, source_dir, url, existing, nworker)
-    state_dir = ensure_dir(state_dir or Path(source_dir) / ".state" / "upload")
     commit = [item for item in files if item.relative == MANIFEST]
     data = [item for item in files if item.relative != MANIFEST]
     data.sort(key=lambda item: -item.size)  # big files first: a shorter tail
@@ -722,8 +540,7 @@ def upload_tree(source_dir: str | os.PathLike, url: str | GcsUrl, nworker: int =
     def send(items: list[LocalFile], desc: str) -> list[Transfer]:
         return _run_in_threads(
             lambda client, local, on_bytes: upload_file(
-                client, url, local, existing.get(local.relative), chunk_size, state_dir,
-                on_bytes),
+                client, url, local, existing.get(local.relative), chunk_size, on_bytes),
             items, nworker, sum(item.size for item in items), desc=desc)
 
     transfers = send(data, "upload") if data else []
@@ -751,12 +568,6 @@ def _delete_stale_manifest(client: storage.Client, url: GcsUrl, manifest: LocalF
 # Download
 
 
-def partial_name(dest: str | os.PathLike) -> Path:
-    """The resumable `.partial` file a download of `dest` writes to."""
-    dest = Path(dest)
-    return dest.with_name(dest.name + ".partial")
-
-
 def _safe_destination(root: Path, relative: str, where: str | None = None) -> Path:
     parts = relative.split("/")
     if (not relative or relative.startswith("/") or any(p in ("", ".", "..") for p in parts)
@@ -765,53 +576,37 @@ def _safe_destination(root: Path, relative: str, where: str | None = None) -> Pa
     return root.joinpath(*parts)
 
 
-def resume_hint(partial: Path) -> str:
-    """"; run again to resume from X.partial" when that file holds bytes to resume from; an
-    empty one is removed and nothing is advised."""
-    try:
-        if partial.stat().st_size > 0:
-            return f"; run again to resume from {partial.name}"
-        partial.unlink()
-    except OSError:
-        pass
-    return ""
-
-
 def download_object(client: storage.Client, url: GcsUrl, relative: str, remote: RemoteObject,
                     dest_dir: Path, chunk_size: int,
                     on_bytes: Callable[[int], None] = lambda count: None) -> Transfer:
-    """Download one object to `dest_dir/relative` via `.partial` (continued if present),
-    check its md5 against the object's, then rename it into place."""
+    """Download one object to `dest_dir/relative` via `.partial` (continued from its last byte
+    by the library's ranged, chunked download), check its md5 against the object's, then
+    rename it into place."""
     dest = _safe_destination(dest_dir, relative)
     source = url.child(relative)
-    if dest.is_file() and dest.stat().st_size == remote.size and remote.md5 and \
-            md5_file(dest) == remote.md5:
+    if verified(dest, remote.md5, remote.size):
         on_bytes(remote.size)
         return Transfer(relative, remote.size, "present")
     ensure_dir(dest.parent)
     partial = partial_name(dest)
-    for attempt in range(2):
+    for _ in range(2):  # a resumed .partial that does not match is fetched again from byte 0
         offset = partial.stat().st_size if partial.exists() else 0
-        if offset > remote.size:
-            offset = 0
+        offset = offset if offset <= remote.size else 0
         on_bytes(offset)
         if offset < remote.size:
             blob = client.bucket(url.bucket).blob(remote.name, chunk_size=chunk_size)
             try:
                 with open(partial, "ab") as out:
                     out.truncate(offset)
-                    before = out.tell()
                     blob.download_to_file(out, client=client, start=offset or None,
                                           if_generation_match=remote.generation,
-                                          timeout=TIMEOUT_S, checksum=None,
-                                          retry=retry_policy())
-                    on_bytes(out.tell() - before)
+                                          timeout=TIMEOUT_S, checksum=None, retry=retry_policy())
             except api_exceptions.PreconditionFailed as err:
                 raise InputError(f"{source}: the object changed during the download; "
                                  f"run again") from err
             except (api_exceptions.GoogleAPIError, requests.RequestException) as err:
-                hint = resume_hint(partial)
-                raise InputError(f"{_api_error(source, err)}{hint}") from err
+                raise InputError(f"{_api_error(source, err)}{resume_hint(partial)}") from err
+            on_bytes(remote.size - offset)
         actual = md5_file(partial)
         if remote.md5 is None or actual == remote.md5:
             os.replace(partial, dest)

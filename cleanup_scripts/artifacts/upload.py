@@ -13,9 +13,9 @@ Nothing is sent when the URL breaks the bucket naming rules, a path leads outsid
 Each object carries the file's md5 (the manifest's, else computed) in its metadata, so the
 bucket refuses other bytes, and the md5 the bucket then reports is compared again: a mismatch
 ends the run with a one-line error naming the object. Objects already in the bucket with the
-right md5 are skipped; a file larger than one chunk goes through a resumable session kept in
-`SOURCE_DIR/.state/upload/`, so a re-run after an interruption continues it. Credentials:
-Google's default ones, or none with STORAGE_EMULATOR_HOST (see `cleanup_scripts/artifacts/storage.py`).
+right md5 are skipped, so a re-run after an interruption redoes only the files that were in
+flight. Credentials: Google's default ones, or none with STORAGE_EMULATOR_HOST (see
+`cleanup_scripts/artifacts/storage.py`).
 
 Prints one line of what was done and the summary: files, MB sent, seconds, MB/s.
 """
@@ -46,15 +46,12 @@ def main(argv: list[str] | None = None) -> None:
                              f"{storage.DEFAULT_THREADS}).")
     parser.add_argument("--chunk_mb", type=float, default=storage.DEFAULT_CHUNK_SIZE >> 20,
                         help="Size of each request of a resumable upload, in MiB (rounded up "
-                             "to 256 KiB); larger files are uploaded in such chunks.")
-    parser.add_argument("--state_dir", default=None,
-                        help="Where unfinished upload sessions are kept "
-                             "(default SOURCE_DIR/.state/upload).")
+                             "to 256 KiB); files over 8 MiB are uploaded in such chunks.")
     args = parser.parse_args(argv)
     url = storage.parse_gcs_url(args.bucket)
     started = time.time()
     transfers = storage.upload_tree(Path(args.source_dir), url, args.nworker,
-                                    storage.chunk_size_bytes(args.chunk_mb), args.state_dir)
+                                    storage.chunk_size_bytes(args.chunk_mb))
     print(storage.describe(transfers, "upload", f"to {url}"), flush=True)
     report(storage.summary("upload", transfers, started))
 
