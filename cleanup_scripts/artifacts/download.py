@@ -564,6 +564,7 @@ def r2_get_text(url: str, retries: int = 3, retry_wait_s: float = 2.0) -> str:
                               f"login page")
     return text
 
+
 def parse_uri_file(text: str, uri: str) -> str:
     """The dataset folder's URL that a `.uri` metadata file holds (its one line)."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
@@ -837,8 +838,9 @@ def import_results(folder: Path, listing: Mapping[str, str] | None,
 
 def r2_fetch_results(dataset: R2Dataset, folder: Path, known: Mapping[str, checksums.Artifact],
                      wanted: list[str] | None, results_dir: Path, retries: int) -> list[Path]:
-    """Download the processed dataset's md5 list and, unless results/ is complete already, its
-    archive (into `folder`), both checked against the bucket's .md5; unpack what is missing."""
+    """Download the processed dataset's md5 list and, unless results/ holds every file asked
+    for already, its archive into `folder` (each checked against the bucket's .md5), then
+    unpack what is missing (`import_results`)."""
     where = r2_md5_url(dataset.uri)
     if R2_RESULTS_LIST not in dataset.listing:
         raise InputError(f"{where}: does not list {R2_RESULTS_LIST}")
@@ -846,18 +848,13 @@ def r2_fetch_results(dataset: R2Dataset, folder: Path, known: Mapping[str, check
     fetch(dataset.url(R2_RESULTS_LIST), list_path, dataset.listing[R2_RESULTS_LIST],
           retries=retries, max_size=R2_RESULTS_LIST_MAX_BYTES)
     expected = results_expected(list_path, known)
-    names = select_results(expected, wanted, list_path)
-    pending = pending_results(results_dir, expected, names)
-    if pending:
+    if pending_results(results_dir, expected, select_results(expected, wanted, list_path)):
         archive = next((name for name in R2_RESULTS_ARCHIVES if name in dataset.listing), None)
         if archive is None:
             raise InputError(f"{where}: lists none of {', '.join(R2_RESULTS_ARCHIVES)}")
         fetch(dataset.url(archive), folder / archive, dataset.listing[archive], retries=retries,
               max_size=R2_RESULTS_ARCHIVE_MAX_BYTES)
-        unpack_results(folder / archive, expected, pending, results_dir)
-    for name in names:
-        print(f"ok  results/{name}")
-    return [results_dir / name for name in names]
+    return import_results(folder, None, known, wanted, results_dir)
 
 
 def find_r2_downloader(given: str | None, why: str = "") -> Path:
@@ -935,15 +932,16 @@ def r2_download(request: R2Request, known: Mapping[str, checksums.Artifact], out
     the one on PATH), whose folders are `output_dir/r2/<dataset>/`.
     """
     results_dir = output_dir / "results"
+
+    def import_from(root: Path, name: str, **flags) -> list[Path]:
+        folder, listing = find_r2_folder(root, name)
+        if name == R2_INPUTS:
+            return import_inputs(folder, listing, request.inputs, known, output_dir, **flags)
+        return import_results(folder, listing, known, request.results, results_dir, **flags)
+
     if from_dir:
-        placed = []
-        for name in request.datasets():
-            folder, listing = find_r2_folder(Path(from_dir).expanduser(), name)
-            if name == R2_INPUTS:
-                placed += import_inputs(folder, listing, request.inputs, known, output_dir)
-            else:
-                placed += import_results(folder, listing, known, request.results, results_dir)
-        return placed
+        return [path for name in request.datasets()
+                for path in import_from(Path(from_dir).expanduser(), name)]
     staging = {name: output_dir / R2_STAGING / name for name in request.datasets()}
     script = find_r2_downloader(downloader) if downloader else None
     if script is None:
@@ -977,14 +975,8 @@ def r2_download(request: R2Request, known: Mapping[str, checksums.Artifact], out
             placed += [output_dir / path for path in request.inputs]
             continue
         status = run_r2_downloader(script, r2_uri(metadata_url, name), staging[name])
-        folder, listing = find_r2_folder(staging[name], name)
         try:
-            if name == R2_INPUTS:
-                placed += import_inputs(folder, listing, request.inputs, known, output_dir,
-                                        removable=True, resumable=status != 0)
-            else:
-                placed += import_results(folder, listing, known, request.results, results_dir,
-                                         removable=True, resumable=status != 0)
+            placed += import_from(staging[name], name, removable=True, resumable=status != 0)
         except InputError as err:
             if status == 0:
                 raise

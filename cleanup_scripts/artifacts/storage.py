@@ -38,7 +38,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 import requests
 from google.api_core import exceptions as api_exceptions
@@ -310,6 +310,20 @@ def _is_hidden(relative: PurePosixPath) -> bool:
         relative.name.endswith(".partial")
 
 
+def manifest_rows(text: str, where: str) -> Iterator[tuple[int, str, int, str]]:
+    """(line number, path, bytes, md5) of each row of a `manifest.tsv` (its header skipped);
+    InputError naming `where` and the line for a row that is not `path<TAB>bytes<TAB>md5`."""
+    for number, line in enumerate(text.splitlines()[1:], start=2):
+        fields = line.split("\t")
+        if not line.strip():
+            continue
+        if (len(fields) != 3 or not fields[1].isdigit()
+                or not re.fullmatch(r"[0-9a-fA-F]{32}", fields[2])):
+            raise InputError(f"{where}:{number}: expected 'path<TAB>bytes<TAB>md5': "
+                             f"{line[:60]!r}")
+        yield number, fields[0], int(fields[1]), fields[2].lower()
+
+
 def read_manifest(source_dir: Path) -> list[LocalFile]:
     """The files listed in `source_dir/manifest.tsv` (path, bytes, md5), plus the manifest.
 
@@ -318,18 +332,11 @@ def read_manifest(source_dir: Path) -> list[LocalFile]:
     """
     manifest = source_dir / MANIFEST
     try:
-        lines = manifest.read_text(encoding="utf-8").splitlines()
+        text = manifest.read_text(encoding="utf-8")
     except OSError as err:
         raise InputError(f"{manifest}: cannot read ({err.strerror})") from err
     files = []
-    for number, line in enumerate(lines[1:], start=2):
-        if not line.strip():
-            continue
-        fields = line.split("\t")
-        if len(fields) != 3 or not fields[1].isdigit() or len(fields[2]) != 32:
-            raise InputError(f"{manifest}:{number}: expected 'path<TAB>bytes<TAB>md5': "
-                             f"{line[:60]!r}")
-        relative, size, md5 = fields[0], int(fields[1]), fields[2].lower()
+    for number, relative, size, md5 in manifest_rows(text, str(manifest)):
         path = inside_source(source_dir, relative, f"{manifest}:{number}")
         try:
             actual = path.stat().st_size
@@ -638,16 +645,9 @@ def read_remote_manifest(client: storage.Client, url: GcsUrl, remote: RemoteObje
         raise InputError(f"{where}: the bytes read are not the object's md5 {remote.md5}; "
                          f"run again")
     listed: dict[str, tuple[int, str]] = {}
-    for number, line in enumerate(data.decode("utf-8", "replace").splitlines()[1:], start=2):
-        if not line.strip():
-            continue
-        fields = line.split("\t")
-        if (len(fields) != 3 or not fields[1].isdigit()
-                or not re.fullmatch(r"[0-9a-fA-F]{32}", fields[2])):
-            raise InputError(f"{where}:{number}: expected 'path<TAB>bytes<TAB>md5': "
-                             f"{line[:60]!r}")
-        _safe_destination(Path("."), fields[0], f"{where}:{number}")
-        listed[fields[0]] = (int(fields[1]), fields[2].lower())
+    for number, relative, size, md5 in manifest_rows(data.decode("utf-8", "replace"), where):
+        _safe_destination(Path("."), relative, f"{where}:{number}")
+        listed[relative] = (size, md5)
     return listed
 
 
