@@ -50,7 +50,9 @@ def problem(err: BaseException) -> str:
     refused") when an OS error lies under `err`, else `err`'s own message."""
     found = next((c for c in causes(err) if isinstance(c, OSError) and c.errno is not None),
                  err)
-    return shown(" ".join(str(found).split()) or type(found).__name__)
+    plain = found.args[0] if found.args and isinstance(found.args[0], str) else None
+    text = str(found) if isinstance(found, OSError) or plain is None else plain
+    return shown(" ".join(text.split()) or type(found).__name__)
 
 
 def partial_name(dest: str | os.PathLike) -> Path:
