@@ -17,7 +17,7 @@ class DatasetLayout:
     tfrecords/             part-XXXXX-of-00500, eval_intermediate, eval_10k
     tfrecords_packed/      part-XXXXX-of-00500, eval_10k packed (only with --pack)
     manifest.tsv           path, bytes and md5 of every output
-    .state/                one record per finished stage, for resumption
+    .state/                the lock, a marker per stage (its key, its outputs), the ledgers
     """
 
     root: Path
@@ -58,6 +58,11 @@ class DatasetLayout:
     def results_source(self) -> Path:
         """Where a run from --results_text notes the folder it imports (absent for a dump)."""
         return self.state_dir / "import_results.source"
+
+    @property
+    def results_md5s(self) -> Path:
+        """The md5s of the --results_text files, with the size and mtime they were hashed at."""
+        return self.state_dir / "import_results.md5s"
 
     def extracted_files(self) -> list[Path]:
         """The extracted files in the reference's order (sorted `text/*/wiki_??`)."""

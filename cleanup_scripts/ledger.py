@@ -1,13 +1,12 @@
-"""Ledgers of finished outputs: what a preprocess stage completed, with size, mtime and md5.
+"""The state files of `make preprocess` under OUT/.state/, read so that damage never stops a run.
 
-A ledger is a text file of tab-separated lines `path  bytes  mtime_ns  md5`, paths relative to
-the dataset root. A line is appended (one `write` on an O_APPEND descriptor, so worker processes
-can share a ledger) only after its output has been renamed to its final name; a run killed
-mid-append leaves at most one torn last line, which is ignored. An output counts as finished
-only while it still matches its line: a re-run skips it and redoes the rest.
+- A stage's marker (`<stage>.started`, then `<stage>`): its key on the first line; a finished
+  one then lists each output it made as `path<TAB>bytes` (paths relative to OUT).
+- A ledger (`manifest.outputs`, `import_results.md5s`): `path<TAB>bytes<TAB>mtime_ns<TAB>md5`
+  lines, which let a reader trust an md5 while a file keeps its size and mtime.
 
-The other state files (a stage's marker holding its key, the folder a run imported) are read
-through `read_state`: one that is damaged counts as never written, so its stage runs again.
+A damaged state file counts as never written (its stage runs again, with a warning); a torn or
+malformed ledger line is skipped.
 """
 from __future__ import annotations
 
@@ -15,15 +14,14 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from absl import logging
 
 from benchmark.files import md5_file
-from cleanup_scripts.fileio import InputError, disk_full, printable
+from cleanup_scripts.fileio import InputError, atomic_output, disk_full, printable
 
-# A state file holds a key (32 hex digits) or a folder's path: anything longer is damage.
-STATE_LIMIT = 64 << 10
+# A marker holds a key and one short line per output: anything longer is damage.
+STATE_LIMIT = 16 << 20
 # The longest ledger line read whole (a path, three numbers); a longer one is a torn line.
 LINE_LIMIT = 64 << 10
 
@@ -32,26 +30,31 @@ class DamagedState(InputError):
     """A state file whose bytes are not a state (see `read_state`)."""
 
 
+def _damaged(path: Path, problem: str, remove: bool) -> None:
+    """Warn and remove the damaged state file `path` (DamagedState when not `remove`)."""
+    if not remove:
+        raise DamagedState(f"{printable(path)}: damaged state file ({problem})")
+    logging.warning("%s: damaged state file (%s); removed: its stage runs again",
+                    printable(path), problem)
+    path.unlink(missing_ok=True)
+
+
 def read_state(path: Path, remove_damaged: bool = True) -> str | None:
     """The text of the state file `path`, or None when there is none.
 
-    A damaged one (bytes that are not UTF-8, NUL bytes, more than STATE_LIMIT bytes) counts as
-    never written: it is removed, with a warning naming it, and the stage it stands for runs
-    again (without `remove_damaged`: DamagedState naming it, and it is kept). Something other than a regular file in its place (a folder, a FIFO, a device) is an
-    InputError naming it; it is never opened for reading, so nothing blocks or runs long.
+    A damaged one (not UTF-8, NUL bytes, more than STATE_LIMIT bytes) counts as never written:
+    removed with a warning naming it (without `remove_damaged`: DamagedState, and it is kept).
+    Something other than a regular file there (a folder, a FIFO) is an InputError naming it,
+    never opened, so nothing blocks.
     """
     try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        return None
-    except OSError as err:
-        raise InputError(f"{printable(path)}: cannot read state file ({err.strerror})") from err
-    if not stat.S_ISREG(info.st_mode):
-        raise InputError(f"{printable(path)}: state file is not a regular file; remove it and "
-                         f"run again")
-    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise InputError(f"{printable(path)}: state file is not a regular file; remove it "
+                             f"and run again")
         with open(path, "rb") as handle:
             data = handle.read(STATE_LIMIT + 1)
+    except FileNotFoundError:
+        return None
     except OSError as err:
         raise InputError(f"{printable(path)}: cannot read state file ({err.strerror})") from err
     problem = "longer than a state file can be" if len(data) > STATE_LIMIT else \
@@ -61,39 +64,81 @@ def read_state(path: Path, remove_damaged: bool = True) -> str | None:
             return data.decode("utf-8")
         except UnicodeDecodeError:
             problem = "not UTF-8 text"
-    if not remove_damaged:
-        raise DamagedState(f"{printable(path)}: damaged state file ({problem})")
-    logging.warning("%s: damaged state file (%s); removed: its stage runs again",
-                    printable(path), problem)
-    path.unlink(missing_ok=True)
+    _damaged(path, problem, remove_damaged)
     return None
+
+
+def write_state(path: Path, text: str) -> None:
+    """Replace the state file `path` by `text`, atomically."""
+    with atomic_output(path) as out:
+        out.write(text)
+
+
+def read_marker(path: Path) -> tuple[str, dict[str, int]] | None:
+    """(key, {output: bytes}) of a finished stage's marker; None when there is none or it is
+    damaged (removed with a warning)."""
+    text = read_state(path)
+    if text is None:
+        return None
+    key, *lines = text.split("\n") if text else [""]
+    outputs = {}
+    for line in filter(None, lines):
+        name, _, size = line.rpartition("\t")
+        if not (name and size.isdigit()):
+            _damaged(path, "not a stage record", True)
+            return None
+        outputs[name] = int(size)
+    return key, outputs
+
+
+def write_marker(path: Path, key: str, root: Path, outputs: list[Path]) -> None:
+    """Mark a stage finished with `key`, listing its `outputs` (under `root`) and their sizes."""
+    write_state(path, key + "\n" + "".join(
+        f"{output.relative_to(root)}\t{output.stat().st_size}\n" for output in outputs))
 
 
 @dataclass(frozen=True)
 class Entry:
-    """An output as recorded when it was finished: size in bytes, mtime in ns, md5 hex."""
+    """A file as recorded: size in bytes, mtime in ns, md5 hex."""
 
     size: int
     mtime_ns: int
     md5: str
 
+    @classmethod
+    def of(cls, path: str | os.PathLike, md5: str | None = None) -> "Entry":
+        """`path` as it is now (its md5 computed unless given)."""
+        info = os.stat(path)
+        return cls(info.st_size, info.st_mtime_ns, md5 or md5_file(path, progress=False))
+
+    def vouches_for(self, path: str | os.PathLike) -> bool:
+        """Whether `path` still has the recorded size and mtime (so, presumably, the md5)."""
+        try:
+            info = os.stat(path)
+        except FileNotFoundError:
+            return False
+        return (info.st_size, info.st_mtime_ns) == (self.size, self.mtime_ns)
+
+
+def write_entries(path: Path, entries: dict[str, Entry]) -> None:
+    """Replace the ledger `path` by `entries` ({path: Entry}), atomically."""
+    write_state(path, "".join(f"{name}\t{entry.size}\t{entry.mtime_ns}\t{entry.md5}\n"
+                              for name, entry in entries.items()))
+
 
 @dataclass(frozen=True)
 class OutputLedger:
-    """The ledger at `path` of the outputs under `root` that one stage finished."""
+    """The ledger at `path` of files under `root` (named relative to it)."""
 
     path: Path
     root: Path
 
-    def name(self, output: str | os.PathLike) -> str:
-        """How `output` (a path under `root`) is named in the ledger: relative to `root`."""
-        return str(Path(output).resolve().relative_to(self.root.resolve()))
-
     def record(self, output: str | os.PathLike) -> Entry:
-        """Hash the finished file `output` and append its line; returns what was recorded."""
-        stat = os.stat(output)
-        entry = Entry(stat.st_size, stat.st_mtime_ns, md5_file(output, progress=False))
-        line = f"{self.name(output)}\t{entry.size}\t{entry.mtime_ns}\t{entry.md5}\n".encode()
+        """Hash the file `output` and append its line (one write: processes may share a
+        ledger); returns what was recorded."""
+        entry = Entry.of(output)
+        name = Path(output).resolve().relative_to(self.root.resolve())
+        line = f"{name}\t{entry.size}\t{entry.mtime_ns}\t{entry.md5}\n".encode()
         try:
             descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
@@ -105,13 +150,9 @@ class OutputLedger:
                 f"{self.path}: cannot write ({err.strerror})") from err
         return entry
 
-    def record_all(self, outputs: Iterable[str | os.PathLike]) -> None:
-        """`record` each of `outputs`, in order."""
-        for output in outputs:
-            self.record(output)
-
     def entries(self) -> dict[str, Entry]:
-        """Recorded outputs (relative path -> Entry); later lines win, torn lines are skipped."""
+        """Recorded files (path -> Entry); later lines win, torn or malformed lines are
+        skipped."""
         if not self.path.is_file():
             return {}
         entries = {}
@@ -126,33 +167,3 @@ class OutputLedger:
                         and len(fields[3]) == 32:
                     entries[fields[0]] = Entry(int(fields[1]), int(fields[2]), fields[3])
         return entries
-
-    def intact(self, output: str | os.PathLike, entries: dict[str, Entry],
-               always_hash: bool) -> bool:
-        """Whether `output` is recorded in `entries` and still matches its line.
-
-        Size must match; the md5 is recomputed when `always_hash` or when the mtime changed.
-        """
-        entry = entries.get(self.name(output))
-        try:
-            stat = os.stat(output)
-        except FileNotFoundError:
-            return False
-        if entry is None or stat.st_size != entry.size:
-            return False
-        if not always_hash and stat.st_mtime_ns == entry.mtime_ns:
-            return True
-        return md5_file(output, progress=False) == entry.md5
-
-    def damaged(self, always_hash: bool, required: Iterable[str | os.PathLike] = ()
-                ) -> list[str]:
-        """Outputs that are missing or no longer match their line (relative paths): recorded
-        ones, and those of `required` (paths) that were never recorded."""
-        entries = self.entries()
-        names = dict.fromkeys([*entries, *map(self.name, required)])
-        return [name for name in names
-                if not self.intact(self.root / name, entries, always_hash)]
-
-    def reset(self) -> None:
-        """Forget every recorded output."""
-        self.path.unlink(missing_ok=True)

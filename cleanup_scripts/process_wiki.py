@@ -1,12 +1,12 @@
-"""The reference `process_wiki.sh` flow in one command, on already extracted files.
+"""The reference `process_wiki.sh` flow in one command, on already extracted files; and its four
+text stages on explicit paths, which `make preprocess` runs too.
 
     python -m cleanup_scripts.process_wiki 'text/*/wiki_??' [--results_dir=./results]
 
 For every extracted file F it writes F.1 (cleanup_file), F.2 (clean), F.3 (sentence
 segmentation) and F.4 (training articles), then `results/eval.txt`, `results/eval.md5` and the
 `results/part-XXXXX-of-00500` parts, exactly as the reference's shell script does with its
-defaults (10,000 test articles, seed 12345, 26.92 MB parts). The flags below change those
-defaults for small inputs.
+defaults (10,000 test articles, seed 12345, 26.92 MB parts). The flags change those defaults.
 """
 from __future__ import annotations
 
@@ -21,57 +21,72 @@ from cleanup_scripts.cleanup_file import stripped_bytes
 from cleanup_scripts.do_gather import GatherSource, gather
 from cleanup_scripts.do_sentence_segmentation import segment_file
 from cleanup_scripts.fileio import atomic_output, ensure_dir, expand_inputs
-from cleanup_scripts.runner import (StageSummary, map_in_workers, report, shared_workers,
-                                    total_bytes)
+from cleanup_scripts.runner import (StageProgress, StageSummary, report, run_jobs,
+                                    shared_workers, total_bytes)
 from cleanup_scripts.sentence_splitter import get_splitter
 from cleanup_scripts.seperate_test_set import separate_files
 
 
-def _cleanup_and_clean(path: str) -> int:
-    """Write F.1 (cleanup_file) and F.2 (clean) for the extracted file F = `path`; the second
-    stage works on the first one's bytes in memory. Returns the lines of F.2."""
-    stripped = stripped_bytes(path)
-    with atomic_output(path + ".1", "wb") as out:
-        out.write(stripped)
-    return write_cleaned(stripped, path + ".2")
+def _clean_one(job: tuple[str, str, str]) -> int:
+    """(extracted, cleaned, stripped): write cleaned (cleanup_file then clean, in memory), and
+    the cleanup_file output too when `stripped` is not empty. Returns the cleaned lines."""
+    source, target, stripped_path = job
+    stripped = stripped_bytes(source)
+    if stripped_path:
+        with atomic_output(stripped_path, "wb") as out:
+            out.write(stripped)
+    return write_cleaned(stripped, target)
 
 
-def _segment(path: str) -> int:
-    """Write F.3 (sentence segmentation) from F.2; returns its sentences."""
-    return segment_file(path + ".2", path + ".3")
+def _segment_one(job: tuple[str, str]) -> int:
+    return segment_file(*job)
+
+
+def clean(stage: str, jobs: list[tuple[str, str, str]], nworker: int) -> StageSummary:
+    """cleanup_file + clean.sh for each (extracted, cleaned, stripped or "") job."""
+    return run_jobs(stage, _clean_one, jobs, nworker)
+
+
+def segment(stage: str, jobs: list[tuple[str, str]], nworker: int) -> StageSummary:
+    """Punkt sentence segmentation for each (cleaned, sentences) job."""
+    return run_jobs(stage, _segment_one, jobs, nworker)
+
+
+def separate(stage: str, pairs: list[tuple[str, str]], num_test_articles: int, seed: int,
+             results_dir: str, nworker: int) -> StageSummary:
+    """Hold `num_test_articles` out of the (sentences, training) pairs into results_dir/eval."""
+    started, nbytes = time.time(), total_bytes(source for source, _ in pairs)
+    ensure_dir(results_dir)
+    with StageProgress(stage, len(pairs), nbytes):
+        held_out = separate_files(pairs, num_test_articles, seed,
+                                  os.path.join(results_dir, "eval"), nworker)
+    return StageSummary(stage, len(pairs), held_out, nbytes, started)
+
+
+def gather_parts(stage: str, sources: list[GatherSource], results_dir: str, block_size_mb: float,
+                 nworker: int) -> StageSummary:
+    """Write the part-XXXXX-of-00500 files of `sources` into `results_dir`."""
+    started, nbytes = time.time(), total_bytes(source.text_path for source in sources)
+    with StageProgress(stage, None, nbytes, unit="parts"):
+        parts = gather(sources, results_dir, block_size_mb, constants.GATHER_NUM_OUTPUTS,
+                       nworker=1, nprocs=nworker)
+    return StageSummary(stage, len(sources), len(parts), nbytes, started)
 
 
 def process_wiki(pattern: str, results_dir: str, num_test_articles: int, seed: int,
-                 block_size_mb: float, nworker: int) -> list[str]:
-    """Run cleanup, clean, segmentation, separation and gather on the files matching `pattern`.
-
-    Every stage runs in the same `nworker` processes (0: all cores), one file or part at a
-    time. Returns the part paths written under `results_dir`.
-    """
+                 block_size_mb: float, nworker: int) -> None:
+    """Run cleanup, clean, segmentation, separation and gather on the files matching `pattern`,
+    every stage in the same `nworker` processes (0: all cores)."""
     inputs = expand_inputs(pattern)
     get_splitter()  # check the Punkt model before any work; the workers inherit it
     with shared_workers(nworker):
-        started = time.time()
-        lines = map_in_workers(_cleanup_and_clean, inputs, nworker, desc="clean")
-        report(StageSummary("cleanup_file+clean", len(inputs), sum(lines), total_bytes(inputs),
-                            started))
-        started = time.time()
-        sentences = map_in_workers(_segment, inputs, nworker, desc="segment")
-        report(StageSummary("do_sentence_segmentation", len(inputs), sum(sentences),
-                            total_bytes(path + ".2" for path in inputs), started))
-        ensure_dir(results_dir)
-        started = time.time()
-        held_out = separate_files([(path + ".3", path + ".4") for path in inputs],
-                                  num_test_articles, seed, os.path.join(results_dir, "eval"),
-                                  nworker)
-        report(StageSummary("seperate_test_set", len(inputs), held_out,
-                            total_bytes(path + ".3" for path in inputs), started))
-        started = time.time()
-        parts = gather([GatherSource(path, path + ".4") for path in inputs], results_dir,
-                       block_size_mb, constants.GATHER_NUM_OUTPUTS, nworker=1, nprocs=nworker)
-        report(StageSummary("do_gather", len(inputs), len(parts),
-                            total_bytes(path + ".4" for path in inputs), started))
-    return parts
+        report(clean("cleanup_file+clean", [(f, f + ".2", f + ".1") for f in inputs], nworker))
+        report(segment("do_sentence_segmentation", [(f + ".2", f + ".3") for f in inputs],
+                       nworker))
+        report(separate("seperate_test_set", [(f + ".3", f + ".4") for f in inputs],
+                        num_test_articles, seed, results_dir, nworker))
+        report(gather_parts("do_gather", [GatherSource(f, f + ".4") for f in inputs],
+                            results_dir, block_size_mb, nworker))
 
 
 def main(argv: list[str] | None = None) -> None:

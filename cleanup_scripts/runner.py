@@ -272,16 +272,21 @@ def total_bytes(paths: Iterable[str]) -> int:
     return sum(os.path.getsize(path) for path in paths)
 
 
-def run_suffix_stage(stage: str, function: Callable[[tuple[str, str]], int], pattern: str,
-                     input_suffix: str, output_suffix: str, nworker: int) -> None:
-    """Run a reference-style per-file stage: for each file F matching `pattern`, call
-    `function((F + input_suffix, F + output_suffix))` (returning a record count) in workers,
-    then report the stage's summary line."""
+def run_jobs(stage: str, function: Callable[[tuple], int], jobs: Sequence[tuple],
+             nworker: int) -> StageSummary:
+    """`function(job)` (a record count) for each job, whose first item is the path it reads, in
+    up to `nworker` workers under one stage bar; returns the stage's summary."""
     started = time.time()
-    inputs = expand_inputs(pattern, input_suffix)
-    jobs = [(path + input_suffix, path + output_suffix) for path in inputs]
-    sizes = [os.path.getsize(source) for source, _ in jobs]
+    sizes = [os.path.getsize(job[0]) for job in jobs]
     with StageProgress(stage, len(jobs), sum(sizes)):
         records = map_in_workers(function, jobs, nworker, desc=stage, sizes=sizes)
-    report(StageSummary(stage, len(jobs), sum(records), sum(sizes), started))
+    return StageSummary(stage, len(jobs), sum(records), sum(sizes), started)
 
+
+def run_suffix_stage(stage: str, function: Callable[[tuple[str, str]], int], pattern: str,
+                     input_suffix: str, output_suffix: str, nworker: int) -> None:
+    """Run a reference-style per-file stage: `function((F + input_suffix, F + output_suffix))`
+    for each file F matching `pattern`, then print the stage's summary line."""
+    jobs = [(path + input_suffix, path + output_suffix)
+            for path in expand_inputs(pattern, input_suffix)]
+    report(run_jobs(stage, function, jobs, nworker))

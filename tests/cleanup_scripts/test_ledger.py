@@ -1,4 +1,5 @@
-"""Ledgers of finished outputs: what counts as intact, torn lines, writers in several processes."""
+"""State files of preprocess: ledgers (torn lines, writers in several processes), stage markers,
+damage."""
 from __future__ import annotations
 
 import logging
@@ -8,8 +9,8 @@ import os
 import pytest
 
 from cleanup_scripts.fileio import InputError
-from cleanup_scripts.ledger import (LINE_LIMIT, STATE_LIMIT, DamagedState, OutputLedger,
-                                    read_state)
+from cleanup_scripts.ledger import (LINE_LIMIT, STATE_LIMIT, DamagedState, Entry, OutputLedger,
+                                    read_marker, read_state, write_entries, write_marker)
 
 
 def make_ledger(tmp_path) -> OutputLedger:
@@ -17,45 +18,29 @@ def make_ledger(tmp_path) -> OutputLedger:
     return OutputLedger(tmp_path / "state" / "stage.outputs", tmp_path)
 
 
-def test_recorded_file_is_intact_until_its_bytes_change(tmp_path):
+def test_an_entry_vouches_for_a_file_while_its_size_and_mtime_are_kept(tmp_path):
     ledger = make_ledger(tmp_path)
     output = tmp_path / "part"
     output.write_bytes(b"abc\n")
     ledger.record(output)
-    assert ledger.intact(output, ledger.entries(), always_hash=True)
-    os.utime(output, ns=(0, 0))  # touched, same bytes: hashed again, still intact
-    assert ledger.damaged(always_hash=False) == []
-    output.write_bytes(b"abd\n")
-    assert ledger.damaged(always_hash=False) == ["part"]
+    entry = ledger.entries()["part"]
+    assert entry == Entry.of(output) and entry.vouches_for(output)
+    os.utime(output, ns=(0, 0))  # touched: no longer vouched for (a reader hashes it again)
+    assert not entry.vouches_for(output)
     output.unlink()
-    assert ledger.damaged(always_hash=False) == ["part"]
+    assert not entry.vouches_for(output)
 
 
-def test_same_size_and_mtime_is_trusted_unless_hashing_is_forced(tmp_path):
+def test_torn_line_is_ignored_and_a_ledger_is_replaced_whole(tmp_path):
     ledger = make_ledger(tmp_path)
-    output = tmp_path / "part"
-    output.write_bytes(b"abc\n")
-    ledger.record(output)
-    stat = output.stat()
-    output.write_bytes(b"xyz\n")
-    os.utime(output, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    assert ledger.damaged(always_hash=False) == []
-    assert ledger.damaged(always_hash=True) == ["part"]
-
-
-def test_unrecorded_file_is_not_finished_and_torn_line_is_ignored(tmp_path):
-    ledger = make_ledger(tmp_path)
-    done, torn = tmp_path / "done", tmp_path / "torn"
+    done = tmp_path / "done"
     done.write_bytes(b"1")
-    torn.write_bytes(b"2")
     ledger.record(done)
     with open(ledger.path, "a") as out:
         out.write("torn\t1\t123")  # a writer killed mid-line
-    entries = ledger.entries()
-    assert set(entries) == {"done"}
-    assert not ledger.intact(torn, entries, always_hash=False)
-    ledger.reset()
-    assert ledger.entries() == {}
+    assert set(ledger.entries()) == {"done"}
+    write_entries(ledger.path, {"other": Entry(1, 2, "0" * 32)})
+    assert ledger.entries() == {"other": Entry(1, 2, "0" * 32)}
 
 
 def _record(args: tuple[OutputLedger, str]) -> None:
@@ -73,8 +58,34 @@ def test_workers_in_several_processes_share_one_ledger(tmp_path):
     with multiprocessing.get_context("fork").Pool(4) as pool:
         pool.map(_record, [(ledger, path) for path in paths], chunksize=1)
     assert len(ledger.path.read_text().splitlines()) == 300
-    assert sorted(ledger.entries()) == [os.path.basename(p) for p in paths]
-    assert ledger.damaged(always_hash=True) == []
+    entries = ledger.entries()
+    assert sorted(entries) == [os.path.basename(p) for p in paths]
+    assert all(entries[os.path.basename(p)] == Entry.of(p) for p in paths)
+
+
+# ---- stage markers -------------------------------------------------------------------------------
+
+def test_marker_holds_the_key_and_each_output_with_its_size(tmp_path):
+    (tmp_path / "text").mkdir()
+    outputs = [tmp_path / "text" / "wiki_00", tmp_path / "manifest.tsv"]
+    for index, path in enumerate(outputs):
+        path.write_bytes(b"x" * index)
+    marker = tmp_path / "extract"
+    write_marker(marker, "5387f27dfc6f1c9dd3d32b5263666ee2", tmp_path, outputs)
+    assert read_marker(marker) == ("5387f27dfc6f1c9dd3d32b5263666ee2",
+                                   {"text/wiki_00": 0, "manifest.tsv": 1})
+    marker.write_text("5387f27dfc6f1c9dd3d32b5263666ee2")  # a key alone: no outputs listed
+    assert read_marker(marker) == ("5387f27dfc6f1c9dd3d32b5263666ee2", {})
+
+
+def test_marker_with_a_malformed_line_counts_as_never_written(tmp_path, caplog):
+    marker = tmp_path / "clean"
+    marker.write_text("5387f27dfc6f1c9dd3d32b5263666ee2\ntext/AA/wiki_00\tmany\n")
+    with caplog.at_level(logging.WARNING):
+        assert read_marker(marker) is None
+    assert [record.getMessage() for record in caplog.records] == [
+        f"{marker}: damaged state file (not a stage record); removed: its stage runs again"]
+    assert not marker.exists()
 
 
 # ---- state files ---------------------------------------------------------------------------------
@@ -117,5 +128,6 @@ def test_ledger_lines_too_long_or_not_utf8_are_skipped(tmp_path):
     with open(ledger.path, "ab") as handle:
         handle.write(b"x" * (3 * LINE_LIMIT) + b"\t4\t1\t" + b"0" * 32 + b"\n")
         handle.write(b"\xff\xfe\t4\t1\t" + b"0" * 32 + b"\n")
-    assert list(ledger.entries()) == ["part", "\ufffd\ufffd"]
-    assert ledger.damaged(always_hash=True) == ["\ufffd\ufffd"]
+    entries = ledger.entries()
+    assert list(entries) == ["part", "\ufffd\ufffd"]
+    assert not entries["\ufffd\ufffd"].vouches_for(tmp_path / "\ufffd\ufffd")

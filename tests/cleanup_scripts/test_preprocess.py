@@ -128,7 +128,9 @@ def test_rerun_redoes_only_outputs_damaged_since_they_were_finished(first_run, t
     assert manifest(output) == manifest(first_run)
 
 
-def test_verify_outputs_hashes_files_whose_size_and_mtime_were_kept(first_run, tmp_path):
+def test_file_changed_by_hand_is_found_by_verify_and_redone_once_removed(first_run, tmp_path):
+    # A re-run trusts an output that is there with its size; a byte changed by hand (size and
+    # mtime kept) is make verify's to find (--rehash), and removing the file redoes it.
     output = tmp_path / "dataset"
     shutil.copytree(first_run, output)
     part = output / "results" / "part-00000-of-00500"
@@ -138,9 +140,13 @@ def test_verify_outputs_hashes_files_whose_size_and_mtime_were_kept(first_run, t
     part.write_bytes(bytes(damaged))
     os.utime(part, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert stage_file_counts(preprocess(output, "--nworker=2").stderr) == {}
-    verified = preprocess(output, "--nworker=2", "--verify_outputs")
-    assert "gather" in stage_file_counts(verified.stderr)
-    assert manifest(output) == manifest(first_run)
+    assert run_module("cleanup_scripts.verify", str(output), check=False).returncode == 0
+    rehashed = run_module("cleanup_scripts.verify", str(output), "--rehash", check=False)
+    assert rehashed.returncode == 1
+    assert "changed  results/part-00000-of-00500  [md5 " in rehashed.stdout
+    part.unlink()
+    assert "gather" in stage_file_counts(preprocess(output, "--nworker=2").stderr)
+    assert_same_dataset(output, first_run)
 
 
 def test_process_wiki_matches_reference_on_sample_files(sample_results_dir):
@@ -278,18 +284,18 @@ def test_run_refused_by_the_lock_changes_nothing(first_run, tmp_path):
     assert not leftover.exists()
 
 
-def test_finished_stage_whose_ledger_lacks_a_missing_output_redoes_it(first_run, tmp_path):
+def test_finished_stage_whose_record_lacks_a_missing_output_redoes_it(first_run, tmp_path):
     # What two runs writing into one folder at once left behind: segment marked finished by
-    # one run after the other had reset its ledger (so a file gone since was never recorded),
-    # separate interrupted; every later run failed on "work/sentences/AA/wiki_00: cannot read".
+    # one run after the other had removed a file (so its record lacks it), separate
+    # interrupted; every later run failed on "work/sentences/AA/wiki_00: cannot read".
     output = tmp_path / "dataset"
     shutil.copytree(first_run, output)
     (output / "work" / "sentences" / "AA" / "wiki_00").unlink()
-    ledger = output / ".state" / "segment.outputs"
-    ledger.write_text("".join(line for line in ledger.read_text().splitlines(keepends=True)
+    marker = output / ".state" / "segment"
+    marker.write_text("".join(line for line in marker.read_text().splitlines(keepends=True)
                               if not line.startswith("work/sentences/AA/wiki_00\t")))
     (output / ".state" / "separate").rename(output / ".state" / "separate.started")
-    repaired = preprocess(output, "--nworker=2", "--verify_outputs")
+    repaired = preprocess(output, "--nworker=2")
     assert stage_file_counts(repaired.stderr)["segment"] == 1
     assert_same_dataset(output, first_run)
 

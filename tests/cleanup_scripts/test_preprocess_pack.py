@@ -50,8 +50,8 @@ def test_pack_runs_once_after_the_dataset_and_adds_only_its_files(packed_run, fi
     listed = manifest(output)
     assert {name: listed.pop(name) for name in PACKED} == packed_digests(output)
     assert listed == manifest(first_run)
-    recorded = (output / ".state" / "pack.outputs").read_text()
-    assert all(f"{name}\t" in recorded for name in PACKED)
+    recorded = (output / ".state" / "pack").read_text()
+    assert all(f"{name}\t{(output / name).stat().st_size}\n" in recorded for name in PACKED)
 
 
 def unpacked_sequences(path: Path) -> list[tuple]:
