@@ -83,9 +83,11 @@ def make_strategy(request: StrategyRequest) -> tf.distribute.Strategy:
                 tpu=request.tpu_name or "", zone=request.tpu_zone, project=request.gcp_project)
             tf.config.experimental_connect_to_cluster(resolver)
             tf.tpu.experimental.initialize_tpu_system(resolver)
-        except (ValueError, RuntimeError, tf.errors.OpError) as err:
+        except Exception as err:  # noqa: BLE001 - the resolver raises URLError, HttpError, ...
+            # No TPU to be had is a user's problem, whatever layer says so (the GCE metadata
+            # server unreachable, an unknown name, a refused grpc address): one line.
             raise StrategyError(f"--use_tpu --tpu_name={request.tpu_name}: cannot reach the "
-                                f"TPU ({one_line(err)})") from err
+                                f"TPU ({type(err).__name__}: {one_line(err)})") from err
         strategy = tf.distribute.TPUStrategy(resolver)
         cores = strategy.num_replicas_in_sync
         if request.num_tpu_cores and request.num_tpu_cores != cores:

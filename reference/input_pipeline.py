@@ -40,6 +40,7 @@ globs, as the MLCommons reference's `--input_file`.
 from __future__ import annotations
 
 import itertools
+import glob
 import os
 import stat
 from concurrent.futures import ThreadPoolExecutor
@@ -83,13 +84,25 @@ def expand_patterns(patterns: str, flag: str = "--input_file") -> list[str]:
             raise InputError(f"{flag}={pattern}: cannot list files ({one_line(err)})") from err
         matches = [m for m in matches if not tf.io.gfile.isdir(m)]
         if not matches:
-            raise InputError(f"{flag}={printable(pattern)}: no file matches")
+            raise InputError(f"{flag}={printable(pattern)}: no file matches{_hint(pattern)}")
         for match in matches:
             _require_regular(match, flag)
         files.extend(matches)
     if not files:
         raise InputError(f"{flag} is empty: give one or more TFRecord files or globs")
     return files
+
+
+def _hint(pattern: str) -> str:
+    """Where the files may be when `pattern` names a `make preprocess` output folder (OUT)
+    instead of its tfrecords/ (or tfrecords_packed/): "; OUT/tfrecords holds part-*", or ""."""
+    folder, name = os.path.split(pattern)
+    for inner in ("tfrecords", "tfrecords_packed"):
+        nested = os.path.join(folder, inner, name)
+        if "://" not in pattern and glob.glob(nested):
+            return (f"; {os.path.join(folder, inner)} holds {name} (give the TFRecord folder: "
+                    f"make train DATA={os.path.join(folder, inner)})")
+    return ""
 
 
 def _require_regular(path: str, flag: str) -> None:

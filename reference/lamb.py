@@ -124,7 +124,7 @@ class MomentOptimizer(tf.Module):
                                           name=f"{base}.{m_suffix}"))
                 self.v.append(tf.Variable(tf.zeros(var.shape, var.dtype), trainable=False,
                                           name=f"{base}.{v_suffix}"))
-        logging.info("%s: created slots for %d variables", self.name, len(new))
+        logging.debug("%s: created slots for %d variables", self.name, len(new))
 
     def slots(self, var: tf.Variable) -> tuple[tf.Variable, tf.Variable]:
         """The (m, v) moment variables of `var` (built earlier)."""

@@ -83,9 +83,6 @@ def preflight(options: RunOptions) -> RunOptions:
             # --nodo_train may evaluate one of our own checkpoints (read when evaluating).
             if o.do_train or not _checkpoint_exists(o.init_checkpoint):
                 raise
-    elif o.do_train:
-        logging.warning("no --init_checkpoint: training starts from random weights (the "
-                        "benchmark starts from model.ckpt-28252)")
     return dataclasses.replace(o, input_files=input_files, eval_files=eval_files,
                                eval_records=eval_records, bert_config=config,
                                id_ranges=id_ranges, noncompliant=noncompliant,

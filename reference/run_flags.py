@@ -112,6 +112,13 @@ FLAG_TABLE = (
      "Packed or not, the trainer reads what the records hold."),
     ("integer", "cpu_devices", 0, "Split the CPU into this many devices and mirror over them "
      "(tests and demos of the multi-replica path)."),
+    # The console.
+    ("float", "progress_seconds", 5.0, "Seconds between progress lines: a host call runs at "
+     "most --iterations_per_loop micro-steps, fewer when that would take longer."),
+    ("bool", "mlperf_log_to_console", False, "Also print the MLPerf log's records on stdout "
+     "(they always go to --mlperf_log)."),
+    ("bool", "tensorflow_log_to_console", False, "Let TensorFlow's own start-up messages (CUDA, "
+     "oneDNN, XLA) reach the console; by default they go to OUTPUT_DIR/tensorflow.log."),
 )
 
 
@@ -154,6 +161,7 @@ def check_ranges(f: flags.FlagValues) -> None:
     for name in ("train_batch_size", "eval_batch_size", "max_eval_steps", "num_train_steps",
                  "iterations_per_loop", "save_checkpoints_steps", "num_tpu_cores"):
         require(f[name].value >= 1, f"--{name}={f[name].value} must be at least 1")
+    require(f.progress_seconds > 0, f"--progress_seconds={f.progress_seconds} must be > 0")
     for name, what in (("train_batch_size", "micro-step"), ("eval_batch_size", "eval step")):
         require(f[name].value <= MAX_BATCH_SIZE, f"--{name}={f[name].value} must be at most "
                 f"{MAX_BATCH_SIZE} (records per {what}, all replicas together)")

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from absl import logging
 
 from benchmark import cadence, log_keys
+from reference.console import LiveLine
 from reference.error_text import SetupError, tensorflow_failure, writing
 from reference.preflight import peek_progress, prepare_output_dir
 from reference.run_flags import UsageError
@@ -29,7 +30,7 @@ class InternalError(RuntimeError):
 
 @dataclass
 class RunResult:
-    """What a run did: status ("success", "aborted", "evaluated", "finished-before"), the
+    """What a run did: status ("success", "aborted", "evaluated", "already-finished"), the
     global step and samples at the end, and every eval as (samples, metrics)."""
     status: str
     step: int
@@ -45,16 +46,40 @@ def _save(manager, step: int) -> None:
         manager.save(checkpoint_number=step)
 
 
-def _write_eval_results(output_dir: str, step: int, metrics: dict[str, float]) -> None:
+EVAL_HISTORY = "eval_history.csv"  # every eval of the run, beside eval_results.txt (the last)
+
+
+def _write_eval_results(output_dir: str, step: int, samples: int,
+                        metrics: dict[str, float]) -> None:
+    """eval_results.txt (the last eval, written whole) and one row of eval_history.csv
+    (global_step, samples, then the metrics in name order; the header with the first row)."""
     import tensorflow as tf
     path = os.path.join(output_dir, "eval_results.txt")
     lines = [f"global_step = {step}"] + [f"{key} = {metrics[key]}" for key in sorted(metrics)]
     partial = f"{path}.partial-{os.getpid()}"  # written whole, then renamed over the old one
+    history = os.path.join(output_dir, EVAL_HISTORY)
     with writing("--output_dir", path):
         with tf.io.gfile.GFile(partial, "w") as out:
             out.write("\n".join(lines) + "\n")
         tf.io.gfile.rename(partial, path, overwrite=True)
-    logging.info("eval results (%s): %s", path, ", ".join(lines))
+        new = not tf.io.gfile.exists(history)
+        with tf.io.gfile.GFile(history, "a") as out:
+            if new:
+                out.write(",".join(["global_step", "samples", *sorted(metrics)]) + "\n")
+            out.write(",".join([str(step), str(samples)] +
+                               [repr(float(metrics[key])) for key in sorted(metrics)]) + "\n")
+    logging.debug("eval results (%s): %s", path, ", ".join(lines))
+
+
+def _scalars(writer, step: int, values: dict[str, float]) -> None:
+    """TensorBoard scalars as Summary simple_values (what TensorBoard's scalar readers and
+    EventAccumulator.Scalars list; tf.summary.scalar writes tensors)."""
+    import tensorflow as tf
+    summary = tf.compat.v1.Summary(value=[tf.compat.v1.Summary.Value(tag=tag,
+                                                                     simple_value=float(value))
+                                          for tag, value in values.items()])
+    with writer.as_default(step=step):
+        tf.summary.experimental.write_raw_pb(summary.SerializeToString(), step=step)
 
 
 def _platform(options: RunOptions, strategy) -> str:
@@ -193,22 +218,19 @@ class _Run:
         with writing("--output_dir", path):
             return self.tf.summary.create_file_writer(path)
 
-    def write_eval(self, step: int, metrics: dict[str, float], writer) -> None:
-        """An eval's outputs: eval_results.txt and the summaries of `writer` (OUTPUT_DIR/eval)."""
-        _write_eval_results(self.options.output_dir, step, metrics)
-        with writing("--output_dir", os.path.join(self.options.output_dir, "eval")), \
-                writer.as_default(step=step):
-            for key, value in metrics.items():
-                self.tf.summary.scalar(key, value)
+    def write_eval(self, step: int, samples: int, metrics: dict[str, float], writer) -> None:
+        """An eval's outputs: eval_results.txt, a row of eval_history.csv and the summaries of
+        `writer` (OUTPUT_DIR/eval)."""
+        _write_eval_results(self.options.output_dir, step, samples, metrics)
+        with writing("--output_dir", os.path.join(self.options.output_dir, "eval")):
+            _scalars(writer, step, metrics)
             writer.flush()
 
     def evaluate(self, dataset) -> dict[str, float]:
         started = time.time()
         metrics = self.trainer.evaluate(dataset, self.eval_steps)
-        logging.info("eval of %d records in %.1f s: masked_lm_accuracy %.5f, masked_lm_loss "
-                     "%.4f, next_sentence_accuracy %.4f", self.options.eval_records,
-                     time.time() - started, metrics["masked_lm_accuracy"],
-                     metrics["masked_lm_loss"], metrics["next_sentence_accuracy"])
+        logging.debug("eval of %d records in %.1f s", self.options.eval_records,
+                      time.time() - started)
         return metrics
 
 
@@ -248,7 +270,7 @@ def _evaluate_only(options: RunOptions, strategy=None) -> RunResult:
         trainer.load_initial_checkpoint(source)
     metrics = run.evaluate(run.eval_dataset())
     if run.chief:
-        run.write_eval(trainer.step, metrics, run.summary_writer("eval"))
+        run.write_eval(trainer.step, trainer.samples, metrics, run.summary_writer("eval"))
     return RunResult("evaluated", trainer.step, trainer.samples, [(trainer.samples, metrics)])
 
 
@@ -293,7 +315,7 @@ def _train(options: RunOptions, strategy, phase: _Phase) -> RunResult:
             f"used its step budget ({options.budget_steps})"
         logging.warning("%s already %s at step %d (%d samples); nothing to train", latest, why,
                         progress.step, progress.samples)
-        return RunResult("finished-before", progress.step, progress.samples)
+        return RunResult("already-finished", progress.step, progress.samples)
 
     division = options.submission_division
     if options.noncompliant and division == "closed":
@@ -303,7 +325,8 @@ def _train(options: RunOptions, strategy, phase: _Phase) -> RunResult:
 
     # Before the log is opened: a folder that cannot be written stops the run unlogged.
     summaries, eval_summaries = run.summary_writer("train"), run.summary_writer("eval")
-    log_file = LogFile(options.mlperf_log, sys.stdout) if run.chief else LogFile(None)
+    log_file = LogFile(options.mlperf_log, sys.stdout if options.mlperf_log_to_console else None) \
+        if run.chief else LogFile(None)
     log = BertLogger(stream=log_file)
     result = RunResult(log_keys.ABORTED, 0, 0)
     run_started = run_stopped = False
@@ -330,13 +353,15 @@ def _train(options: RunOptions, strategy, phase: _Phase) -> RunResult:
                 resume["skipped_checkpoints"] = skipped
             log.event(log_keys.RESUME, None, resume)
             if options.init_checkpoint:
-                logging.info("--init_checkpoint ignored: resuming from %s", latest)
+                logging.warning("--init_checkpoint ignored: resuming from %s", latest)
         else:
             trainer.set_seed(options.seed)
             if options.init_checkpoint:
                 names = trainer.load_initial_checkpoint(options.init_checkpoint)
                 log.weights_initialization(ckpt.restored_tensor_names(names))
             else:
+                logging.warning("no --init_checkpoint: training starts from random weights "
+                                "(the benchmark starts from model.ckpt-28252)")
                 trainer.initialize_weights(options.seed)
         trainer.set_run_settings(json.dumps(run_settings(options)))
         for key, value in ((log_keys.OPT_NAME, options.optimizer.name),
@@ -370,8 +395,8 @@ def _train(options: RunOptions, strategy, phase: _Phase) -> RunResult:
         run_stopped = True
         log_file.check()
         _save(manager, trainer.step)
-        logging.info("run %s at step %d, %d samples; checkpoint %s", result.status,
-                     trainer.step, trainer.samples, manager.latest_checkpoint)
+        logging.debug("run %s at step %d, %d samples; checkpoint %s", result.status,
+                      trainer.step, trainer.samples, manager.latest_checkpoint)
     except BaseException:
         if run_started and not run_stopped:  # whatever stopped it, the log says the run ended
             log.run_stop(log_keys.ABORTED)
@@ -396,7 +421,6 @@ def _train_loop(run: _Run, options: RunOptions, log, log_file, iterator, eval_da
     Unpacked records: a step and sample count that disagree (samples = updates x global batch)
     raise InternalError before anything is trained.
     """
-    tf = run.tf
     trainer = run.trainer
     n = options.steps_per_update
     batch = options.global_batch_size
@@ -404,17 +428,23 @@ def _train_loop(run: _Run, options: RunOptions, log, log_file, iterator, eval_da
     result = RunResult(log_keys.ABORTED, trainer.step, trainer.samples)
     train_folder = os.path.join(options.output_dir, "train")
 
+    live = LiveLine(every_s=max(60.0, options.progress_seconds))
+
     def do_eval() -> bool:
         samples = trainer.samples
         log.eval_start(samples)
+        started = time.time()
         metrics = run.evaluate(eval_data)
         log.eval_stop(samples)
         log.eval_accuracy(samples, metrics["masked_lm_accuracy"])
         result.evals.append((samples, metrics))
+        reached = metrics["masked_lm_accuracy"] >= options.target_mlm_accuracy
+        live.keep(_eval_line(len(result.evals), trainer.step, samples, metrics,
+                             options.target_mlm_accuracy, time.time() - started))
         if run.chief:
-            run.write_eval(trainer.step, metrics, eval_summaries)
+            run.write_eval(trainer.step, samples, metrics, eval_summaries)
         log_file.check()
-        return metrics["masked_lm_accuracy"] >= options.target_mlm_accuracy
+        return reached
 
     if eval_data is not None and options.eval_at_start and trainer.samples == 0:
         if do_eval():
@@ -427,7 +457,7 @@ def _train_loop(run: _Run, options: RunOptions, log, log_file, iterator, eval_da
         raise InternalError(f"step {trainer.step} with {trainer.samples} samples trained, where "
                             f"{update} updates of {batch} make {update * batch}: the step and "
                             "sample counters disagree")
-    updates_per_call = options.iterations_per_loop // n
+    pace = _CallPace(options.iterations_per_loop // n, options.progress_seconds)
     run_started = time.time()
     first_samples = trainer.samples
     every = options.save_checkpoints_steps
@@ -444,27 +474,28 @@ def _train_loop(run: _Run, options: RunOptions, log, log_file, iterator, eval_da
         save_due = reached = False
         while update < budget_updates and not reached:
             before, before_samples = trainer.step, trainer.samples
+            to_save = every - trainer.step % every  # micro-steps to the next checkpoint step
             started = time.time()
-            losses = trainer.train_steps(iterator, min(updates_per_call, budget_updates - update),
-                                         eval_due)
+            losses = trainer.train_steps(
+                iterator, pace.updates(min(budget_updates - update, max(1, to_save // n))),
+                eval_due)
             phase.setting_up = False  # compiled, and it ran: what fails now is no set-up
             elapsed = max(time.time() - started, 1e-9)
+            pace.took(losses["updates"], elapsed)
             update += losses["updates"]
             reached = eval_due is not None and trainer.samples >= eval_due
             rate = (trainer.samples - before_samples) / elapsed
-            _log_progress(options, trainer, losses, rate,
-                          (trainer.samples - first_samples) / max(time.time() - run_started,
-                                                                  1e-9),
-                          update, eval_due, budget_updates)
-            with writing("--output_dir", train_folder), \
-                    summaries.as_default(step=trainer.step):
-                for key in ("total_loss", "masked_lm_loss", "next_sentence_loss",
-                            "learning_rate"):
-                    tf.summary.scalar(key, losses[key])
-                tf.summary.scalar("samples_per_second", rate)
-                if options.mixed_precision == "fp16":
-                    tf.summary.scalar("loss_scale", losses["loss_scale"])
-                    tf.summary.scalar("skipped_updates", losses["skipped_updates"])
+            overall = (trainer.samples - first_samples) / max(time.time() - run_started, 1e-9)
+            live.update(_progress_line(options, trainer, losses, overall, update, eval_due,
+                                       budget_updates, result.evals, reached))
+            values = {key: losses[key] for key in ("total_loss", "masked_lm_loss",
+                                                   "next_sentence_loss", "learning_rate")}
+            values["samples_per_second"] = rate
+            if options.mixed_precision == "fp16":
+                values.update(loss_scale=losses["loss_scale"],
+                              skipped_updates=losses["skipped_updates"])
+            with writing("--output_dir", train_folder):
+                _scalars(summaries, trainer.step, values)
             save_due = save_due or trainer.step // every > before // every
             if save_due and not reached and update < budget_updates:
                 _save(manager, trainer.step)
@@ -479,6 +510,7 @@ def _train_loop(run: _Run, options: RunOptions, log, log_file, iterator, eval_da
             break
         if save_due and update < budget_updates:  # after the eval at the same step
             _save(manager, trainer.step)
+    live.close()
     with writing("--output_dir", train_folder):
         summaries.flush()
     result.step, result.samples = trainer.step, trainer.samples
@@ -488,22 +520,59 @@ def _train_loop(run: _Run, options: RunOptions, log, log_file, iterator, eval_da
     return result
 
 
-def _log_progress(options: RunOptions, trainer, losses: dict, rate: float, overall: float,
-                  update: int, eval_due: int | None, budget_updates: int) -> None:
-    """One absl line per host call: progress, losses, speed (samples/s of this call and since
-    the start) and the time left to the next eval (`eval_due` samples) and to the step budget
-    (and, with fp16, the loss scale and the updates of this call that overflow skipped)."""
+class _CallPace:
+    """How many updates the next compiled host call runs: at most `most` (the
+    --iterations_per_loop of the reference), fewer when that would take longer than
+    `seconds` at the pace measured so far, so that a progress line comes every few seconds.
+    The call boundaries change no result: every update runs in the same order, dropout is
+    keyed by the micro-step, and calls end at checkpoint steps whatever their length."""
+
+    def __init__(self, most: int, seconds: float) -> None:
+        self.most, self.seconds = max(1, most), seconds
+        self.per_update: float | None = None
+        self.calls = 0
+
+    def updates(self, room: int) -> int:
+        """The updates of the next call, at most `room` (the budget, the next checkpoint)."""
+        if self.per_update is None:  # the first call compiles: one update, then measure
+            return max(1, min(room, 1 if self.calls == 0 else self.most))
+        fits = max(1, int(self.seconds / max(self.per_update, 1e-9)))
+        return max(1, min(room, self.most, fits))
+
+    def took(self, updates: int, seconds: float) -> None:
+        """Record that a call of `updates` updates took `seconds` (the first is compilation)."""
+        self.calls += 1
+        if self.calls > 1 and updates:
+            self.per_update = seconds / updates
+
+
+def _eval_line(number: int, step: int, samples: int, metrics: dict[str, float],
+               target: float, seconds: float) -> str:
+    """The console line of eval `number`: where, the accuracy against the target, how long."""
+    accuracy = metrics["masked_lm_accuracy"]
+    verdict = "target reached" if accuracy >= target else f"target {target:.3f}"
+    return (f"eval {number} at step {step:,} ({samples:,} samples): masked_lm_accuracy "
+            f"{accuracy:.4f} ({verdict}), masked_lm_loss {metrics['masked_lm_loss']:.4f}, "
+            f"{seconds:.1f} s")
+
+
+def _progress_line(options: RunOptions, trainer, losses: dict, overall: float, update: int,
+                   eval_due: int | None, budget_updates: int,
+                   evals: list[tuple[int, dict[str, float]]], eval_now: bool) -> str:
+    """The live line: step, samples, speed since the start of this process (samples/s),
+    loss, learning rate, time to the next eval (or, without evals, to the step budget), the
+    accuracy of the last eval; with fp16 the loss scale."""
     to_budget = (budget_updates - update) * options.global_batch_size
-    to_eval = to_budget if eval_due is None else min(max(eval_due - trainer.samples, 0),
-                                                     to_budget)
-    logging.info(
-        "step %d/%d, %d samples | loss %.4f (mlm %.4f, nsp %.4f), lr %.3g | %.1f samples/s "
-        "(%.1f since start) | %s to %s, %s to the step budget",
-        trainer.step, options.budget_steps, trainer.samples, losses["total_loss"],
-        losses["masked_lm_loss"], losses["next_sentence_loss"], losses["learning_rate"], rate,
-        overall, _duration(to_eval / max(overall, 1e-9)),
-        "the next eval" if eval_due is not None and to_eval < to_budget else "the end",
-        _duration(to_budget / max(overall, 1e-9)))
-    if options.mixed_precision == "fp16":
-        logging.info("loss scale %g, %d updates skipped (non-finite gradients)",
-                     losses["loss_scale"], losses["skipped_updates"])
+    if eval_now:
+        ahead = "eval now"
+    elif eval_due is not None and eval_due - trainer.samples < to_budget:
+        ahead = (f"next eval in {_duration((eval_due - trainer.samples) / max(overall, 1e-9))} "
+                 f"(at {eval_due:,})")
+    else:
+        ahead = f"step budget in {_duration(to_budget / max(overall, 1e-9))}"
+    last = f" | last eval {evals[-1][1]['masked_lm_accuracy']:.4f}" if evals else ""
+    scale = (f" | loss scale {losses['loss_scale']:g}, {losses['skipped_updates']} skipped"
+             if options.mixed_precision == "fp16" else "")
+    return (f"step {trainer.step:,}/{options.budget_steps:,} | {trainer.samples:,} samples | "
+            f"{overall:,.1f} samples/s | loss {losses['total_loss']:.4f} | lr "
+            f"{losses['learning_rate']:.3g} | {ahead}{last}{scale}")

@@ -65,6 +65,8 @@ class RunOptions:
     masked_lm_block_rows: int  # memory only, not run-defining
     dropout_override: float | None
     strategy: StrategyRequest
+    progress_seconds: float = 5.0  # console only: seconds between progress lines
+    mlperf_log_to_console: bool = False  # console only: copy the MLPerf log to stdout
     noncompliant: list[str] = field(default_factory=list)
     seed_drawn: bool = False  # no --seed: the seed was drawn (a resumed run takes the run's)
     # preflight:
@@ -170,6 +172,7 @@ def options_from_flags(f: flags.FlagValues) -> RunOptions:
         strategy=StrategyRequest(use_tpu=f.use_tpu, tpu_name=f.tpu_name, tpu_zone=f.tpu_zone,
                                  gcp_project=f.gcp_project, num_tpu_cores=f.num_tpu_cores,
                                  num_gpus=f.num_gpus),
+        progress_seconds=f.progress_seconds, mlperf_log_to_console=f.mlperf_log_to_console,
         noncompliant=noncompliant, seed_drawn=f.seed is None)
 
 

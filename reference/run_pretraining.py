@@ -79,14 +79,19 @@ folder) -> reference/run_loop.py (the training and eval run); `main` below wires
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
+import os
+import shutil
+import sys
+import tempfile
 
 from absl import app, flags
 
 from benchmark.errors import UserError
 from cleanup_scripts.fileio import printable
-from reference import run_flags
+from reference import console, run_flags
 from reference.run_flags import FLAGS, apply_preset, define_flags
 from reference.run_options import options_from_flags
 
@@ -106,7 +111,38 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise SystemExit(f"error: unexpected arguments {printable(' '.join(argv[1:]))} "
                          "(flags are --name=value)")
+    console.plain_console_logging()
+    native_log = None if FLAGS.tensorflow_log_to_console else console.divert_native_stderr(
+        os.path.join(tempfile.gettempdir(), f"run_pretraining-{os.getpid()}-tensorflow.log"))
+    try:
+        _run()
+    finally:
+        if native_log:
+            _keep_native_log(native_log)
+
+
+def _keep_native_log(path: str) -> None:
+    """Move TensorFlow's own messages (a temporary file while the run did not know its output
+    folder for sure) to OUTPUT_DIR/tensorflow.log when that folder is local and exists; a
+    failed run whose folder is not there keeps them where they are and says so."""
+    output_dir = FLAGS.output_dir
+    if output_dir and "://" not in output_dir and os.path.isdir(output_dir):
+        with contextlib.suppress(OSError), open(path, "rb") as src, \
+                open(os.path.join(output_dir, "tensorflow.log"), "ab") as dest:
+            shutil.copyfileobj(src, dest)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    elif sys.exc_info()[0] is not None and os.path.getsize(path):
+        print(f"TensorFlow's own messages: {path}", file=sys.stderr)
+    else:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def _run() -> None:
+    """Parse the run, set it up and run it; see `main`."""
     import tensorflow as tf
+    tf.get_logger().setLevel("WARNING")  # its INFO lines (checkpoint sharding times) are noise
     from reference import distribution
     from reference.checkpoint import CheckpointError
     from reference.error_text import SetupError
@@ -143,7 +179,8 @@ def main(argv: list[str]) -> None:
             raise
     else:
         last = result.evals[-1][1] if result.evals else {}
-        print(f"run_pretraining: {result.status} at step {result.step}, {result.samples} "
+        status = "already finished" if result.status == "already-finished" else result.status
+        print(f"run_pretraining: {status} at step {result.step}, {result.samples} "
               "samples" + (f", masked_lm_accuracy {last['masked_lm_accuracy']:.5f}"
                            if last else ""), flush=True)
         return
