@@ -17,7 +17,7 @@ DIR      ?= $(OUT)
 # make upload / make verify: a bucket copy of the dataset (gs://bucket/prefix).
 BUCKET   ?=
 # make download: official artifacts (config, vocab, tf1_ckpt, tf2_ckpt, dump, results; or all),
-# from SOURCE (r2, the MLCommons bucket, by default; drive; url) or from FROM_DIR, a folder
+# from SOURCE (r2, the MLCommons bucket, by default; url) or from FROM_DIR, a folder
 # mlc-r2-downloader.sh filled. DOWNLOAD_ARGS: more flags (--r2_downloader=PATH, --decompress).
 ARTIFACTS ?= config,vocab
 SOURCE    ?= r2
