@@ -26,7 +26,7 @@ import re
 import shutil
 import stat
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Callable
 
@@ -100,14 +100,6 @@ class Stage:
 
 # ---- from a dump --------------------------------------------------------------------------------
 
-def official_artifact(name: str) -> checksums.Artifact | None:
-    """The known official artifact whose file name is `name`, if any."""
-    for artifact in checksums.known_artifacts().values():
-        if Path(artifact.path).name == name:
-            return artifact
-    return None
-
-
 def local_dump(dump: str) -> Path | None:
     """The path `dump` names if it is local (a path or a file:// URL); None for a URL."""
     if "://" in dump and not dump.startswith("file://"):
@@ -129,7 +121,8 @@ def fetch_dump(layout: DatasetLayout, options: Options) -> Path:
     disk during the download is a DiskFullError naming the `.partial` file a re-run resumes.
     """
     name = Path(options.dump.split("?")[0]).name
-    official = official_artifact(name)
+    official = next((artifact for artifact in checksums.known_artifacts().values()
+                     if Path(artifact.path).name == name), None)
     expected = official.md5 if official else None
     path = local_dump(options.dump)
     if path is None:
@@ -258,28 +251,26 @@ def _md5_job(path: str) -> str:
     return files.md5_file(path, progress=False)
 
 
-def results_text_md5s(layout: DatasetLayout, options: Options) -> dict[str, Entry]:
-    """{real path: Entry} of the --results_text files. A file with the size and mtime of the
-    last run's record keeps its md5; the others are hashed (in parallel). When the folder is
-    gone, the record stands (the imported files are in OUT/results)."""
-    folder = Path(options.results_text)
-    recorded = OutputLedger(layout.results_md5s, layout.root).entries()
-    if not folder.exists() and recorded:
-        return recorded
-    paths = [os.path.realpath(folder / name) for name in results_text_names(folder)]
-    todo = [path for path in paths if not (path in recorded and recorded[path].vouches_for(path))]
-    hashed = dict(zip(todo, map_in_workers(_md5_job, todo, options.nworker,
-                                           desc="import_results md5")))
-    return {path: Entry.of(path, hashed[path]) if path in hashed else recorded[path]
-            for path in paths}
-
-
 def check_results_text(layout: DatasetLayout, options: Options) -> Options:
     """Check the --results_text files against their official md5s (InputError naming the first
-    that differs), record their md5s and return `options` with their digest (a changed file
-    changes the import_results key, so it and every later stage run again)."""
+    that differs), record their md5s and return `options` with their digest: a changed file
+    changes the import_results key, so it and every later stage run again.
+
+    A file with the size and mtime of the last run's record keeps its md5, the others are
+    hashed (in parallel). When the folder is gone the record stands (OUT/results holds it).
+    """
     check_results_text_place(layout, options)
-    md5s = results_text_md5s(layout, options)
+    folder = Path(options.results_text)
+    recorded = OutputLedger(layout.results_md5s, layout.root).entries()
+    md5s = recorded
+    if folder.exists() or not recorded:
+        paths = [os.path.realpath(folder / name) for name in results_text_names(folder)]
+        todo = [path for path in paths if not (
+            path in recorded and recorded[path].vouches_for(path))]
+        hashed = dict(zip(todo, map_in_workers(_md5_job, todo, options.nworker,
+                                               desc="import_results md5")))
+        md5s = {path: Entry.of(path, hashed[path]) if path in hashed else recorded[path]
+                for path in paths}
     official = {Path(artifact.path).name: artifact.md5
                 for artifact in checksums.known_artifacts().values()
                 if artifact.path.startswith("results/") and artifact.md5 is not None}
@@ -288,16 +279,14 @@ def check_results_text(layout: DatasetLayout, options: Options) -> Options:
         if expected is not None and entry.md5 != expected:
             raise InputError(f"{path}: md5 {entry.md5} is not the official {expected} "
                              f"(checksums/results.md5)")
-    names = {Path(path).name: entry.md5 for path, entry in md5s.items()}
-    before = {Path(path).name: entry.md5 for path, entry in OutputLedger(
-        layout.results_md5s, layout.root).entries().items()}
+    names, before = ({Path(path).name: entry.md5 for path, entry in table.items()}
+                     for table in (md5s, recorded))
     changed = sorted(set(names.items()) ^ set(before.items()))
     if before and changed:
         logging.warning("import_results: %d input(s) added, removed or changed since it "
                         "finished (first: %s); running it again with every stage after it",
                         len({name for name, _ in changed}), changed[0][0])
-    if md5s != OutputLedger(layout.results_md5s, layout.root).entries():
-        ensure_dir(layout.state_dir)
+    if md5s != recorded:
         write_entries(layout.results_md5s, md5s)
     digest = hashlib.md5(json.dumps(sorted(names.items())).encode()).hexdigest()
     return replace(options, results_digest=digest)
@@ -756,21 +745,14 @@ def options_from_flags() -> Options:
     if FLAGS["max_sequences_per_pack"].present and not FLAGS.pack:
         logging.warning("--max_sequences_per_pack has no effect without --pack")
     sample = FLAGS.dump is None and results_text is None
-    return Options(
-        dump="" if results_text else str(SAMPLE_DUMP) if sample else FLAGS.dump,
-        vocab_file=FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case, date=FLAGS.date,
-        num_test_articles=FLAGS.num_test_articles if FLAGS.num_test_articles is not None else (
-            SAMPLE_NUM_TEST_ARTICLES if sample else constants.NUM_TEST_ARTICLES),
-        seed=FLAGS.seed,
-        block_size=FLAGS.block_size if FLAGS.block_size is not None else (
-            SAMPLE_BLOCK_SIZE_MB if sample else constants.GATHER_BLOCK_SIZE_MB),
-        max_seq_length=FLAGS.max_seq_length,
-        max_predictions_per_seq=FLAGS.max_predictions_per_seq,
-        masked_lm_prob=FLAGS.masked_lm_prob, short_seq_prob=FLAGS.short_seq_prob,
-        dupe_factor=FLAGS.dupe_factor, random_seed=FLAGS.random_seed,
-        num_eval_examples=FLAGS.num_eval_examples, nworker=FLAGS.nworker,
-        results_text=results_text or "", pack=FLAGS.pack,
-        max_sequences_per_pack=FLAGS.max_sequences_per_pack)
+    values = {field.name: FLAGS[field.name].value for field in fields(Options)
+              if field.name in FLAGS}
+    defaults = (SAMPLE_NUM_TEST_ARTICLES, SAMPLE_BLOCK_SIZE_MB) if sample else (
+        constants.NUM_TEST_ARTICLES, constants.GATHER_BLOCK_SIZE_MB)
+    for name, default in zip(("num_test_articles", "block_size"), defaults):
+        values[name] = default if values[name] is None else values[name]
+    return Options(**{**values, "results_text": results_text or "",
+                      "dump": "" if results_text else str(SAMPLE_DUMP) if sample else FLAGS.dump})
 
 
 def main(argv: list[str]) -> None:
