@@ -32,8 +32,9 @@ CHUNK_SIZE = 1 << 20
 _PROGRESS_MIN_BYTES = 256 << 20
 
 
-class InputError(UserError):
-    """A problem with a user's input or output path; its message is one line naming the file."""
+class InputError(UserError, ValueError):
+    """A problem with a user's input or output path (a file, a pattern, a record); its message
+    is one line naming the file. The one such class of every layer."""
 
 
 class DiskFullError(InputError):

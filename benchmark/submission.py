@@ -95,10 +95,6 @@ class SubmissionReport:
         return self.problems + package + [p for f in self.folders for p in f.all_problems()]
 
 
-def _join(folder: str, name: str) -> str:
-    return str(Path(folder) / name)
-
-
 def _first_values(logs: list[LogReport], key: str) -> dict[str, list[str]]:
     """{repr of the first value of `key`: [log paths]} over logs that log it."""
     values: dict[str, list[str]] = {}

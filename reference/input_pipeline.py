@@ -50,7 +50,8 @@ from typing import Iterator, Mapping
 import numpy as np
 import tensorflow as tf
 
-from benchmark.errors import UserError, one_line
+from benchmark.errors import one_line
+from benchmark.files import InputError
 from cleanup_scripts.fileio import printable, special_file_kind
 from cleanup_scripts.pretraining_features import (DecodeError, FramingError, RecordLayout,
                                                   decode_example, feature_problem,
@@ -63,10 +64,6 @@ CYCLE_LENGTH = 4  # files read at once
 PARSE_CHUNK = 1024  # records parsed per TensorFlow call while checking
 CHECK_THREADS = 16  # files whose first record is checked at once (remote files: latency)
 SEQUENCES_SAMPLE_ROWS = 20_000  # packed rows read to find the mean sequences per row
-
-class InputError(UserError, ValueError):
-    """Input files that cannot be used; the message is one line naming the file or pattern."""
-
 
 def expand_patterns(patterns: str, flag: str = "--input_file") -> list[str]:
     """The files matching comma-separated glob patterns, each pattern's matches sorted.
