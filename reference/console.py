@@ -50,10 +50,24 @@ class _PlainFormatter(py_logging.Formatter):
         return prefix + record.getMessage()
 
 
+_OURS = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), name)
+              + os.sep for name in ("reference", "benchmark", "cleanup_scripts"))
+
+
+class _OnlyOurInfo(py_logging.Filter):
+    """Passes warnings and errors from anywhere, INFO and below only from this project's
+    modules (TensorFlow logs its checkpoint sharding timings through absl too)."""
+
+    def filter(self, record: py_logging.LogRecord) -> bool:
+        return record.levelno >= py_logging.WARNING or record.pathname.startswith(_OURS)
+
+
 def plain_console_logging() -> None:
-    """absl's console lines without the time, thread and source prefix; TensorFlow's own
-    Python logging (e.g. checkpoint sharding timings) at warnings only."""
-    logging.get_absl_handler().python_handler.setFormatter(_PlainFormatter())
+    """absl's console lines without the time, thread and source prefix; other libraries'
+    INFO lines (TensorFlow's checkpoint sharding timings) left out."""
+    handler = logging.get_absl_handler().python_handler
+    handler.setFormatter(_PlainFormatter())
+    handler.addFilter(_OnlyOurInfo())
     py_logging.getLogger("tensorflow").setLevel(py_logging.WARNING)
 
 

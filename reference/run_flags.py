@@ -217,7 +217,9 @@ def apply_preset(flag_values: flags.FlagValues = FLAGS) -> list[str]:
             continue
         flag_values[name].value = value
         applied.append(name)
-    logging.info("preset %s: %s", flag_values.preset,
-                 ", ".join(f"--{n}={flag_values[n].value}" for n in applied))
+    logging.info("preset %s: %d flags (the training data: %s)", flag_values.preset,
+                 len(applied), flag_values.input_file)
+    logging.debug("preset %s: %s", flag_values.preset,
+                  ", ".join(f"--{name}={flag_values[name].value}" for name in applied))
     return applied
 
