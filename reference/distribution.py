@@ -141,7 +141,8 @@ def per_replica(total: int, strategy: tf.distribute.Strategy, flag: str) -> int:
 
 def describe(strategy: tf.distribute.Strategy) -> str:
     """A few words for logs: the strategy's class and replica count."""
-    return f"{type(strategy).__name__.lstrip('_')} with {strategy.num_replicas_in_sync} replica(s)"
+    name = type(strategy).__name__.lstrip("_")
+    return f"{name} with {strategy.num_replicas_in_sync} replica(s)"
 
 
 def task_id(strategy: tf.distribute.Strategy) -> int:
