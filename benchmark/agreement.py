@@ -177,7 +177,8 @@ def breaches_text(rounds: Sequence[RoundAgreement]) -> list[str]:
     by_rule: dict[str, list[str]] = defaultdict(list)
     for result in rounds:
         for rule, folders in sorted(result.breaches.items()):
-            by_rule[rule] += [f"{folder} ({logs} log(s))" for folder, logs in sorted(folders.items())]
+            by_rule[rule] += [f"{folder} ({logs} log(s))"
+                              for folder, logs in sorted(folders.items())]
     return [f"accepted, breaking {rule}: {entry}" for rule, entries in sorted(by_rule.items())
             for entry in entries]
 

@@ -159,7 +159,8 @@ def choose_ruleset(given: str | None, paths: Sequence[str]) -> tuple[str, str]:
     for raw in paths:
         match = ROUND_IN_PATH.search(str(Path(raw).resolve()))
         if match and f"{match[1]}.{match[2]}.0" in RULESETS:
-            return f"{match[1]}.{match[2]}.0", f"from the path (training_results_v{match[1]}.{match[2]})"
+            round_name = f"{match[1]}.{match[2]}"
+            return f"{round_name}.0", f"from the path (training_results_v{round_name})"
     first = _first_log(paths)
     if first is not None:
         try:
@@ -253,7 +254,8 @@ def _facts(group: Group, score: summary.Score | None) -> list[str]:
                 and math.isfinite(group.rcp.norm_factor) and group.rcp.norm_factor != 1:
             published = " (the published result in this round)" if facts.rcp_normalized_score \
                 else ""
-            lines.append(f"RCP-normalized score: {score.minutes * group.rcp.norm_factor:.{facts.score_decimals}f} "
+            normalized = score.minutes * group.rcp.norm_factor
+            lines.append(f"RCP-normalized score: {normalized:.{facts.score_decimals}f} "
                          f"minutes{published}")
     if group.rcp is not None:
         lines.append(_rcp_line(group.rcp))

@@ -254,7 +254,8 @@ def _round_leniency(problems: list[Problem], ruleset: str) -> list[Problem]:
     kept = []
     for problem in problems:
         reason = next((why for marker, why in lenient
-                       if problem.severity == ERROR and marker in f"{problem.rule} {problem.message}"),
+                       if problem.severity == ERROR
+                       and marker in f"{problem.rule} {problem.message}"),
                       None)
         kept.append(problem.downgraded(reason) if reason else problem)
     return kept
