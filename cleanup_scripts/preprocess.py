@@ -24,7 +24,6 @@ import math
 import os
 import re
 import shutil
-import stat
 import time
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -39,8 +38,8 @@ from cleanup_scripts import checksums, extract, pick_eval_samples, process_wiki
 from cleanup_scripts.artifacts import download
 from cleanup_scripts.do_gather import GatherSource
 from cleanup_scripts.fileio import (DiskFullError, InputError, atomic_output, disk_full,
-                                    ensure_dir, exclusive_lock, printable,
-                                    require_regular_file, special_file_kind, temporary_name)
+                                    ensure_dir, exclusive_lock, printable, refuse_special_file,
+                                    require_regular_file, temporary_name)
 from cleanup_scripts.layout import DatasetLayout
 from cleanup_scripts.ledger import (DamagedState, Entry, OutputLedger, read_marker, read_state,
                                     write_entries, write_marker, write_state)
@@ -218,15 +217,10 @@ def results_text_names(source_dir: Path) -> list[str]:
 
 
 def _regular(path: Path) -> bool:
-    """Whether `path` is a regular file; False for a folder or a missing path, InputError
-    naming a device, FIFO or socket (never opened: it could block or never end)."""
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        return False
-    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
-        return stat.S_ISREG(mode)
-    raise InputError(f"{printable(path)}: is not a regular file ({special_file_kind(mode)})")
+    """Whether `path` is a regular file; InputError naming a device, FIFO or socket (never
+    opened: it could block or never end)."""
+    refuse_special_file(path)
+    return path.is_file()
 
 
 def imports_in_place(layout: DatasetLayout, options: Options) -> bool:
