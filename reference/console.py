@@ -82,6 +82,7 @@ class LiveLine:
         self.every_s = every_s
         self._shown = False
         self._last = float("-inf")
+        self._pending: str | None = None  # elsewhere: the newest text not printed yet
 
     @property
     def stream(self) -> TextIO:
@@ -105,20 +106,32 @@ class LiveLine:
             self._shown = True
         elif now - self._last >= self.every_s:
             self.stream.write(text + "\n")
-            self._last = now
+            self._last, self._pending = now, None
+        else:
+            self._pending = text
         self.stream.flush()
 
     def keep(self, text: str) -> None:
-        """A line that stays (an eval, the end of the run), below the progress line."""
+        """A line that stays (an eval, the end of the run), below the progress line; elsewhere
+        than a terminal the progress not printed yet comes first."""
         if self._shown:
             self.stream.write("\r\x1b[K")
             self._shown = False
+        self._flush_pending()
         self.stream.write(text + "\n")
         self.stream.flush()
 
     def close(self) -> None:
-        """End the progress line, leaving its last text on the screen."""
+        """End the progress line, leaving its last text on the screen (elsewhere: printing
+        the progress not printed yet)."""
         if self._shown:
             self.stream.write("\n")
-            self.stream.flush()
             self._shown = False
+        self._flush_pending()
+        self.stream.flush()
+
+    def _flush_pending(self) -> None:
+        if self._pending is not None:
+            self.stream.write(self._pending + "\n")
+            self._pending = None
+            self._last = time.monotonic()

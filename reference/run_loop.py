@@ -268,7 +268,12 @@ def _evaluate_only(options: RunOptions, strategy=None) -> RunResult:
         trainer.restore(path, model_only=True)
     else:
         trainer.load_initial_checkpoint(source)
+    started = time.time()
     metrics = run.evaluate(run.eval_dataset())
+    logging.info("eval of %d records in %.1f s: masked_lm_accuracy %.5f, masked_lm_loss %.4f, "
+                 "next_sentence_accuracy %.4f", options.eval_records, time.time() - started,
+                 metrics["masked_lm_accuracy"], metrics["masked_lm_loss"],
+                 metrics["next_sentence_accuracy"])
     if run.chief:
         run.write_eval(trainer.step, trainer.samples, metrics, run.summary_writer("eval"))
     return RunResult("evaluated", trainer.step, trainer.samples, [(trainer.samples, metrics)])
@@ -571,7 +576,8 @@ def _progress_line(options: RunOptions, trainer, losses: dict, overall: float, u
     else:
         ahead = f"step budget in {_duration(to_budget / max(overall, 1e-9))}"
     last = f" | last eval {evals[-1][1]['masked_lm_accuracy']:.4f}" if evals else ""
-    scale = (f" | loss scale {losses['loss_scale']:g}, {losses['skipped_updates']} skipped"
+    scale = (f" | loss scale {losses['loss_scale']:g}, {losses['skipped_updates']} updates "
+             "skipped"
              if options.mixed_precision == "fp16" else "")
     return (f"step {trainer.step:,}/{options.budget_steps:,} | {trainer.samples:,} samples | "
             f"{overall:,.1f} samples/s | loss {losses['total_loss']:.4f} | lr "

@@ -96,5 +96,5 @@ def test_fp16_run_reports_its_loss_scale(runs):
 def test_no_run_retraces_its_step_functions(runs):
     """Two host calls and two evals per run, XLA-compiled in bf16: static shapes, one trace."""
     for mode, (_, output) in runs.items():
-        assert "run aborted at step 12, 384 samples" in output, mode
+        assert "run_pretraining: aborted at step 12, 384 samples" in output, mode
         assert "traced more than once" not in output, mode
