@@ -31,13 +31,11 @@ RULE_SENTENCE = (
     "3000000), 25000), skipping 0\"")
 
 # Jitter around a due point that is not reported: a sample count within this many steps.
-# Beyond it an eval is a warning, up to LATE_FRACTION of an interval late or, early, up to
-# DRIFT_FRACTION of the due point's samples (if that is more than the jitter).
+# Beyond it an eval is a warning: early, up to DRIFT_FRACTION of the due point's samples (if
+# that is more than the jitter); late, up to half an interval (an eval later still is nearer
+# the next due point, and is judged against that one and the one it skipped).
 JITTER_STEPS = 3
 DRIFT_FRACTION = 0.01
-# An eval this far past its due point (a fraction of the interval) is a warning; further on
-# it is nearer the next due point and the one it was due at was skipped.
-LATE_FRACTION = 0.5
 # The typical interval of a schedule (the median gap between evals) may differ from the
 # rule's by one step or this fraction of the interval, whichever is larger, beyond the two
 # readings above. Accepted logs stay within 1.9 steps; schedules on another formula are

@@ -158,8 +158,8 @@ def choose_ruleset(given: str | None, paths: Sequence[str]) -> tuple[str, str]:
         return given, "given"
     for raw in paths:
         match = ROUND_IN_PATH.search(str(Path(raw).resolve()))
-        if match and f"{match[1]}.{match[2]}.0" in RULESETS:
-            round_name = f"{match[1]}.{match[2]}"
+        round_name = f"{match[1]}.{match[2]}" if match else ""
+        if f"{round_name}.0" in RULESETS:
             return f"{round_name}.0", f"from the path (training_results_v{round_name})"
     first = _first_log(paths)
     if first is not None:

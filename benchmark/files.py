@@ -149,13 +149,14 @@ class RefusedFile(InputError):
         self.too_large = too_large
 
 
-_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
           (stat.S_ISSOCK, "a socket"))
 
 
 def file_kind(mode: int) -> str:
-    """What a stat mode is, in words ("a regular file", "a FIFO (named pipe)", ...)."""
+    """What a stat mode is, in words ("a regular file", "a folder", "a FIFO", "a character
+    device" (/dev/zero), ...): the one wording of every layer's "is not a regular file"."""
     if stat.S_ISREG(mode):
         return "a regular file"
     return next((name for test, name in _KINDS if test(mode)), "a special file")

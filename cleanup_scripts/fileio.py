@@ -17,25 +17,11 @@ from typing import Iterator
 
 from benchmark.errors import printable  # noqa: F401 - the one escaping, for this package
 from benchmark.files import (DiskFullError, InputError, atomic_output, disk_full, ensure_dir,
-                             temporary_name)
+                             file_kind, temporary_name)
 
 __all__ = ["DiskFullError", "InputError", "atomic_output", "disk_full", "ensure_dir",
            "exclusive_lock", "expand_inputs", "printable", "refuse_special_file",
-           "require_regular_file",
-           "special_file_kind", "temporary_name"]
-
-_SPECIAL_KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                  (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
-
-
-def special_file_kind(mode: int) -> str:
-    """What a file of st_mode `mode` that is neither a regular file nor a folder is: "a
-    character device" (/dev/zero), "a FIFO", ..."""
-    for test, kind in _SPECIAL_KINDS:
-        if test(mode):
-            return kind
-    return "a special file"
-
+           "require_regular_file", "temporary_name"]
 
 def refuse_special_file(path: str | os.PathLike) -> None:
     """InputError "<path>: is not a regular file (a FIFO)" if `path` is a device, FIFO or
@@ -46,7 +32,7 @@ def refuse_special_file(path: str | os.PathLike) -> None:
     except OSError:
         return
     if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-        raise InputError(f"{printable(path)}: is not a regular file ({special_file_kind(mode)})")
+        raise InputError(f"{printable(path)}: is not a regular file ({file_kind(mode)})")
 
 
 def require_regular_file(path: str | os.PathLike, what: str = "input file") -> None:
@@ -63,7 +49,7 @@ def require_regular_file(path: str | os.PathLike, what: str = "input file") -> N
         article = "an" if what[:1] in "aeiou" else "a"
         raise InputError(f"{printable(path)}: is a directory, not {article} {what}")
     if not stat.S_ISREG(mode):
-        raise InputError(f"{printable(path)}: is not a regular file ({special_file_kind(mode)})")
+        raise InputError(f"{printable(path)}: is not a regular file ({file_kind(mode)})")
 
 
 def expand_inputs(pattern: str, suffix: str = "") -> list[str]:

@@ -21,6 +21,7 @@ from typing import Any, Mapping
 from absl import logging
 
 from benchmark.errors import UserError
+from benchmark.files import file_kind
 
 # Activation names the model implements (the MLCommons reference's `get_activation` set).
 ACTIVATIONS = ("gelu", "relu", "tanh", "linear")
@@ -160,8 +161,7 @@ def load_bert_config(path: str | os.PathLike) -> BertConfig:
         try:
             mode = os.stat(path).st_mode
             if not stat.S_ISREG(mode):  # a FIFO would block the read, /dev/zero never end it
-                from cleanup_scripts.fileio import special_file_kind
-                raise ConfigError(f"{path}: is not a regular file ({special_file_kind(mode)})")
+                raise ConfigError(f"{path}: is not a regular file ({file_kind(mode)})")
             with open(path, encoding="utf-8") as f:
                 text = f.read(CONFIG_LIMIT + 1)
         except OSError as err:

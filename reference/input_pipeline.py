@@ -51,8 +51,8 @@ import numpy as np
 import tensorflow as tf
 
 from benchmark.errors import one_line
-from benchmark.files import InputError
-from cleanup_scripts.fileio import printable, special_file_kind
+from benchmark.files import InputError, file_kind
+from cleanup_scripts.fileio import printable
 from cleanup_scripts.pretraining_features import (DecodeError, FramingError, RecordLayout,
                                                   decode_example, feature_problem,
                                                   framed_records, packed_row_problem,
@@ -114,7 +114,7 @@ def _require_regular(path: str, flag: str) -> None:
         raise InputError(f"{flag}: {printable(path)}: cannot read ({err.strerror})") from err
     if not stat.S_ISREG(mode):
         raise InputError(f"{flag}: {printable(path)}: is not a regular file "
-                         f"({special_file_kind(mode)})")
+                         f"({file_kind(mode)})")
 
 
 @dataclass(frozen=True)

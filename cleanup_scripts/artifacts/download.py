@@ -1028,7 +1028,7 @@ def _group_sizes(known: Mapping[str, checksums.Artifact] | None = None) -> str:
             parts.append("results (the official results/ folder: 500 parts and the eval set, "
                          "size not published)")
             continue
-        sizes = [known[p].size for p in paths if p in known and not p.startswith("results/")]
+        sizes = [known[p].size for p in paths if p in known]
         total = sum(s for s in sizes if s) if sizes and None not in sizes else None
         parts.append(f"{group} ({_size(total)})")
     return ", ".join(parts)

@@ -135,7 +135,7 @@ def test_a_fifo_as_system_description_is_refused_not_waited_on(tmp_path):
     os.mkfifo(_system_json(org))
     status, out, err, _ = _cli(["--submission", str(org)], tmp_path, timeout=30)
     line, = _lines_about(out, f"{SYSTEM}.json:0: submission/system-json")
-    assert "is a FIFO (named pipe), not a regular file; not read" in line
+    assert "is a FIFO, not a regular file; not read" in line
     assert _one_verdict(out, err).startswith("FAILED") and status == 1
 
 
