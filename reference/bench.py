@@ -1,74 +1,17 @@
-"""`make bench-train`: training speed, eval time, model FLOPs utilisation and peak memory of our
-trainer against the MLCommons reference's TF1 graph.
+"""`make bench-train`: our trainer's speed, eval time, MFU and peak memory beside the MLCommons
+reference's TF1 graph, on the same BERT config, synthetic batches and optimizer flags.
 
-    python -m reference.bench --reference_dir=PATH/retired_benchmarks/bert \\
-        [--shapes=demo,bert-base] [--sides=reference,ours,ours+xla,ours+bf16,matmuls] \\
-        [--repeats=1] [--batch_size=N] [--seq_length=N] [--max_predictions=N] [--steps=N] \\
-        [--eval_examples=N] [--eval_batch_size=N] [--matmul_size=2048] \\
-        [--output=build/bench/train.md]
-    python -m reference.bench --ours_only --bert_config_file=CONFIG.json ...   (one "custom" shape)
+    python -m reference.bench --reference_dir=PATH/retired_benchmarks/bert [--shapes=...]
+        [--sides=...] [--repeats=N] [--output=build/bench/train.md]
 
-Shapes (`--shapes`, a comma list):
-
-- demo: reference/presets/demo_bert_config.json (2 layers, hidden 128), batch 8, sequence 128,
-  20 predictions; 20 timed steps, eval on 512 records.
-- bert-base: 12 layers, hidden 768, 12 heads, intermediate 3072, vocab 30522, 512 positions,
-  2 token types, GELU, dropout 0.1; batch 8, sequence 128, 20 predictions; 3 timed steps, eval
-  on 32 records (a step takes seconds on 2 cores; the default bench stays within a quarter of
-  an hour there).
-- custom: the config of `--bert_config_file` (giving that flag alone selects it), with demo's
-  sizes.
-
-`--batch_size`, `--seq_length`, `--max_predictions`, `--steps`, `--eval_examples` and
-`--eval_batch_size` (default: the batch size), when given, replace those sizes in every shape.
-
-Sides (`--sides`; `--ours_only` drops the reference), each run in a process of its own so that
-TF1 graph mode and TF2 never share one, on the same BERT config, the same synthetic batches
-(random ids within the vocabulary from a fixed seed, real shapes) and the MLCommons reference's
-default optimizer flags, `OptimizerSettings()` (LAMB, learning rate 5e-5, 100,000 steps, 10,000
-warm-up steps, beta 0.9/0.999, weight decay 0.01, log epsilon -6, one micro-batch per update):
-
-- reference: the MLCommons reference's `modeling.BertModel` with the pre-training heads and
-  `optimization.create_optimizer`, built by its `run_pretraining.model_fn_builder` in a
-  `tf.compat.v1` Session, one `session.run` per step with the batch fed through placeholders;
-  its eval runs the update ops of the eval metrics batch by batch, then reads them.
-- ours: `reference.trainer.Trainer` (the compiled `train_steps` and `evaluate` that
-  `run_pretraining` uses) on the default strategy, all timed steps in one `train_steps` call
-  (the iterations_per_loop loop) from a tf.data pipeline over the same batches.
-- ours+xla: the same with `Trainer(use_xla=True)` (replica step and eval step compiled with XLA;
-  the optimizer update is compiled on every side of ours).
-- ours+bf16: `ours` in mixed precision, `Trainer(mixed_precision="bf16")` (bfloat16 compute,
-  float32 weights): not the reference's arithmetic, so its speed-up is not at equal config; it
-  shows what a CPU with bfloat16 matrix instructions (AMX, avx512_bf16) gives a user who
-  trains with --mixed_precision=bf16.
-- matmuls: not a trainer but the step's matrix products alone (`forward_products`; in training
-  each with its two backward products), back to back in one `tf.function` on float32
-  variables. Every implementation of the step computes at least these products, so this row
-  bounds every side that multiplies matrices with this TensorFlow on this machine: its speed-up
-  is the most such a float32 trainer can reach over the reference here, and its MFU is what
-  oneDNN reaches at the step's own shapes.
-
-Training: 2 warm-up steps (graph building, tracing, XLA compilation; their time is shown as
-"warm-up"), then `--steps` timed steps. Eval: one warm-up batch, then the eval records timed, the
-time extrapolated linearly to the benchmark's 10,000 eval samples. Speed-ups are reference time /
-our time (above 1: ours is faster). With `--repeats=N` the sides alternate N times within each
-shape and the median times are reported (the largest peak RSS), which steadies figures taken on
-a loaded machine; "train cores" (the side's CPU seconds per wall second during the timed
-steps) shows whether a side got the whole machine. Peak RSS is each side process's `ru_maxrss`
-(it includes TensorFlow itself).
-
-Model FLOPs utilisation (MFU) = model FLOPs per second (`step_flops`, the standard transformer
-count, the same for every side whatever it actually executes) / the machine's dense matmul peak.
-The peak is measured by its own process before and after the sides (`run_peak`): square n x n
-matrix products, 2 n^3 FLOPs each, through a `tf.function` and through an XLA-compiled one, in
-float32 and in bfloat16; each side's denominator is the best figure of its compute type:
-float32 for reference, ours, ours+xla and matmuls, bfloat16 for ours+bf16. The report notes a
-bfloat16 peak slower than float32 and a CPU without bfloat16 matrix instructions (then it is no
-faster than float32).
-
-The MLCommons reference is not part of this project: pass the folder of a checkout of the
-MLCommons training repository (`retired_benchmarks/bert`). Its modules are imported from there
-at run time (they use `tensorflow.compat.v1`), with `TF_USE_LEGACY_KERAS=1`.
+Each side runs in its own process (TF1 graph mode and TF2 never share one): `reference` (its
+`model_fn_builder` in a `tf.compat.v1` Session), `ours` (`Trainer.train_steps`), `ours+xla`,
+`ours+bf16` (mixed precision: not the reference's arithmetic), `ours+packed` (sequences of
+the same kind packed into rows, `packed_batches`) and `matmuls` (the step's matrix products alone: the bound any
+float32 trainer on this TensorFlow can reach). MFU is `step_flops` per second over the
+machine's dense matmul peak of the side's compute type, measured by `run_peak` before and after
+the sides. Eval time is extrapolated to the benchmark's 10,000 samples. The README's "Tests and
+benchmarks" section has the measured tables.
 """
 from __future__ import annotations
 
@@ -830,7 +773,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"comma list of {', '.join(SIDE_NAMES)}")
     for name in SIZE_FLAGS:
         parser.add_argument(f"--{name}", type=int, default=None,
-                            help="replaces the shapes' value (see the module docstring)")
+                            help="replaces this size in every shape")
     parser.add_argument("--repeats", type=int, default=1,
                         help="runs of each side (alternating); medians are reported")
     parser.add_argument("--matmul_size", type=int, default=2048,
