@@ -100,8 +100,7 @@ def result_folders(repository: Path) -> list[Path]:
 
 def _error_rules(log: LogReport) -> set[str]:
     """The rules of our errors on `log`, counting those downgraded by olympic scoring."""
-    return {p.rule for p in log.problems
-            if p.severity == ERROR or p.message.endswith(f"({OLYMPIC_NOTE})")}
+    return {p.rule for p in log.problems if p.severity == ERROR or p.forgiven_by == OLYMPIC_NOTE}
 
 
 def _tally(result: RoundAgreement, folder: ResultFolder,

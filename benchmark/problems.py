@@ -44,6 +44,7 @@ class Problem:
     severity: "error" (makes the check fail) or "warning" (reported only).
     source: the rule text or official YAML an error enforces; when a check gives none, the
         source of its rule's family (`FAMILY_SOURCES`).
+    forgiven_by: for an error made a warning (`downgraded`), the note saying why.
     """
     path: str
     line: int
@@ -51,6 +52,7 @@ class Problem:
     message: str
     severity: str = ERROR
     source: str = ""
+    forgiven_by: str = ""
 
     def __post_init__(self) -> None:
         if not self.source and self.severity == ERROR:
@@ -72,9 +74,10 @@ class Problem:
         return asdict(self)
 
     def downgraded(self, note: str) -> "Problem":
-        """This problem as a warning, with `note` appended to the message."""
+        """This problem as a warning, with `note` appended to the message and kept as
+        `forgiven_by`."""
         return Problem(self.path, self.line, self.rule, f"{self.message} ({note})", WARNING,
-                       self.source)
+                       self.source, note)
 
 
 def count_errors(problems: list[Problem]) -> int:

@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from benchmark import summary
-from benchmark.submission import check_result_folder, check_submission
+from benchmark import agreement, summary
+from benchmark.submission import OLYMPIC_NOTE, check_result_folder, check_submission
 from tests.benchmark.helpers import SYSTEM, build_submission
 
 
@@ -82,6 +82,20 @@ def test_one_unconverged_run_is_accepted_and_unscored_two_are_errors(tree):
             assert unscored == [2, 5]
             assert {p.rule for p in errors(folder)} == {"submission/olympic",
                                                         "rcp/convergence"}
+
+
+def test_one_failing_run_is_forgiven_as_a_warning_that_keeps_its_rule(tree):
+    log = tree / "results" / SYSTEM / "bert" / "result_3.txt"
+    log.write_text("".join(line for line in log.read_text().splitlines(keepends=True)
+                           if '"eval_samples"' not in line))
+    folder = check_result_folder(str(tree / "results" / SYSTEM / "bert"))
+    assert errors(folder) == [] and folder.scored.count(False) == 1
+    forgiven = [p for p in folder.logs[3].problems if p.forgiven_by]
+    assert forgiven and {p.forgiven_by for p in forgiven} == {OLYMPIC_NOTE}
+    assert all(p.severity == "warning" and p.message.endswith(f"({OLYMPIC_NOTE})")
+               for p in forgiven)
+    # benchmark.agreement counts the forgiven errors as the run's own.
+    assert {p.rule for p in forgiven} <= agreement._error_rules(folder.logs[3])
 
 
 def test_runs_must_agree_and_use_distinct_seeds(tree):
