@@ -28,7 +28,6 @@ CHECKSUMS_DIR = Path(__file__).resolve().parent.parent / "checksums"
 # The md5sum manifests of official artifacts; each file's stem names its group.
 OFFICIAL_MANIFESTS = ("inputs.md5", "results.md5", "text-FE.md5")
 SIZES_FILE = "sizes.tsv"
-VENDORED_MANIFEST = "vendored.md5"
 EVAL_ARTICLES_FILE = "eval-articles.md5"
 
 # Where each canonical folder of an artifact may sit under DIR: our layout first, then the
@@ -113,11 +112,6 @@ def known_artifacts(directory: str | Path = CHECKSUMS_DIR) -> types.MappingProxy
         if path not in table:
             table[path] = Artifact(path, None, size, "sizes")
     return types.MappingProxyType(table)
-
-
-def vendored_md5s(directory: str | Path = CHECKSUMS_DIR) -> dict[str, str]:
-    """{path relative to cleanup_scripts/data: md5} of the files vendored in this package."""
-    return parse_md5_manifest(Path(directory) / VENDORED_MANIFEST)
 
 
 @functools.lru_cache(maxsize=None)

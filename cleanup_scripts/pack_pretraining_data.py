@@ -46,7 +46,7 @@ from cleanup_scripts.create_pretraining_data import range_indices
 from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir, expand_inputs
 from cleanup_scripts.packing import PackStats, Rows, most_per_row, pack_lengths
 from cleanup_scripts.pretraining_features import (RecordLayout, encode_examples, feature_problem,
-                                                  frame_record, read_records, tf_feature_spec)
+                                                  read_records, tf_feature_spec, write_records)
 from cleanup_scripts.runner import (map_in_workers, peak_rss_mb, shared_workers, total_bytes,
                                     worker_count)
 
@@ -304,7 +304,7 @@ def pack_file(job: tuple[str, str, PackOptions, int]) -> PackStats:
         for begin in range(0, order.count, WRITE_CHUNK):
             columns = row_columns(data, order, begin, min(WRITE_CHUNK, order.count - begin),
                                   layout)
-            handle.write(b"".join(frame_record(record) for record in encode_examples(columns)))
+            write_records(handle, encode_examples(columns))
     return PackStats(int(data.lengths.size), order.count, int(data.lengths.sum()),
                      options.max_seq_length)
 

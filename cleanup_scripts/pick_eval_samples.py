@@ -34,8 +34,8 @@ from benchmark import constants
 from benchmark.errors import exit_on_user_error
 from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir
 from cleanup_scripts.pretraining_features import (DecodeError, count_records, encode_examples,
-                                                  feature_spec, frame_record,
-                                                  parse_pretraining_example, read_records)
+                                                  feature_spec, parse_pretraining_example,
+                                                  read_records, write_records)
 from cleanup_scripts.runner import StageSummary, report
 
 BATCH = 512
@@ -96,7 +96,7 @@ def pick_examples(input_tfrecord: str, output_tfrecord: str,
         def flush() -> None:
             columns = {name: np.stack([features[name] for features in batch]).reshape(
                 len(batch), -1) for name in spec}
-            out.write(b"".join(frame_record(record) for record in encode_examples(columns)))
+            write_records(out, encode_examples(columns))
             if progress is not None:
                 progress(len(batch))
             batch.clear()

@@ -36,7 +36,9 @@ def test_tfrecords_are_known_by_size_only():
 
 
 def test_vendored_files_match_vendored_manifest_and_official_md5s():
-    vendored = checksums.vendored_md5s()
+    # checksums/vendored.md5: {path relative to cleanup_scripts/data: md5} of the files
+    # vendored in the package.
+    vendored = checksums.parse_md5_manifest(checksums.CHECKSUMS_DIR / "vendored.md5")
     for relative, md5 in vendored.items():
         data = (cleanup_scripts.DATA_DIR / relative).read_bytes()
         assert hashlib.md5(data).hexdigest() == md5, relative
