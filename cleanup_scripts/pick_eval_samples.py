@@ -122,7 +122,8 @@ def pick_examples(input_tfrecord: str, output_tfrecord: str,
 
 
 def main(argv: list[str] | None = None) -> None:
-    """CLI drop-in for the reference pick_eval_samples.py (same flags and defaults)."""
+    """CLI drop-in for the reference pick_eval_samples.py: its argparse command line (same
+    flags, defaults and abbreviations); messages through absl logging, as everywhere here."""
     parser = argparse.ArgumentParser(description="Eval sample picker for BERT.")
     parser.add_argument("--input_tfrecord", type=str, default="", help="Input TFRecord path.")
     parser.add_argument("--output_tfrecord", type=str, default="", help="Output TFRecord path.")
@@ -136,16 +137,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.set_verbosity(logging.INFO)
     started = time.time()
-
-    def run() -> None:
-        picked = pick_examples(args.input_tfrecord, args.output_tfrecord,
-                               args.num_examples_to_pick, args.max_seq_length,
-                               args.max_predictions_per_seq)
-        report(StageSummary("pick_eval_samples", 1, picked,
-                            os.path.getsize(args.input_tfrecord), started))
-
-    exit_on_user_error(run)
+    picked = pick_examples(args.input_tfrecord, args.output_tfrecord, args.num_examples_to_pick,
+                           args.max_seq_length, args.max_predictions_per_seq)
+    report(StageSummary("pick_eval_samples", 1, picked, os.path.getsize(args.input_tfrecord),
+                        started))
 
 
 if __name__ == "__main__":
-    main()
+    exit_on_user_error(main)
