@@ -1,48 +1,40 @@
-"""The benchmark's artifacts on the network and on disk: the GCS client (`storage`), official
-downloads (`download`), bucket uploads (`upload`) and md5 checks of a folder or a bucket copy
-(`verify`, `verify_dir`, `verify_bucket`). The tables of official md5s and sizes, and where
-each artifact may sit, are `cleanup_scripts.checksums`.
+"""The benchmark's official files on the network and on disk: HTTP(S) fetches (`transfer`), the
+MLCommons R2 bucket (`r2`), the download command (`download`), Google Cloud Storage (`storage`,
+`upload`) and md5 checks of a folder or a bucket copy (`verify`, `verify_dir`, `verify_bucket`).
 
-This module holds what the transfers share: the `.partial` name, the "already verified?"
-check, link-or-copy placement, and the wording of failures.
+This module holds what they share: the `.partial` name, "already verified?", link-or-copy
+placement, md5-checked writing, and the one-line wording of a failure's cause.
 """
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
+from benchmark.errors import printable
 from benchmark.files import md5_file
-from cleanup_scripts.fileio import InputError, disk_full, ensure_dir, temporary_name
+from cleanup_scripts.fileio import InputError, atomic_output, disk_full, ensure_dir, temporary_name
 
 
 class Retryable(Exception):
-    """A transient failure of one network request (connection error, HTTP 5xx or 429, a transfer
-    cut short): the caller waits and tries again, resuming where it stopped."""
-
-
-def shown(text: object) -> str:
-    """`text` as an error line may carry it: unchanged when printable, else its repr (line
-    breaks, escape sequences and other control characters escaped), so nothing a server, a
-    bucket or a file sent reaches the terminal raw."""
-    text = str(text)
-    return text if text.isprintable() else repr(text)
+    """A transient failure of one request (connection error, HTTP 5xx or 429, a transfer cut
+    short): the caller waits and tries again, resuming where it stopped."""
 
 
 def causes(err: BaseException) -> Iterator[BaseException]:
-    """`err` and every exception under it: causes, contexts, a RetryError's last failure,
-    urllib3's `reason`, exceptions passed as arguments."""
+    """`err` and every exception under it: causes, contexts, urllib3's `reason`, a RetryError's
+    `cause`, exceptions passed as arguments."""
     seen, stack = set(), [err]
     while stack:
         item = stack.pop()
-        if not isinstance(item, BaseException) or id(item) in seen:
-            continue
-        seen.add(id(item))
-        yield item
-        stack += [item.__cause__, item.__context__, getattr(item, "reason", None),
-                  getattr(item, "cause", None), *getattr(item, "args", ())]
+        if isinstance(item, BaseException) and id(item) not in seen:
+            seen.add(id(item))
+            yield item
+            stack += [item.__cause__, item.__context__, getattr(item, "reason", None),
+                      getattr(item, "cause", None), *getattr(item, "args", ())]
 
 
 def problem(err: BaseException) -> str:
@@ -52,7 +44,7 @@ def problem(err: BaseException) -> str:
                  err)
     plain = found.args[0] if found.args and isinstance(found.args[0], str) else None
     text = str(found) if isinstance(found, OSError) or plain is None else plain
-    return shown(" ".join(text.split()) or type(found).__name__)
+    return printable(" ".join(text.split()) or type(found).__name__)
 
 
 def partial_name(dest: str | os.PathLike) -> Path:
@@ -104,3 +96,18 @@ def place(source: Path, dest: Path) -> None:
             tmp.unlink()
         raise disk_full(dest, err) or InputError(
             f"{dest}: cannot place {source} there ({err.strerror})") from err
+
+
+def write_checked(chunks: Iterable[bytes], dest: Path, md5: str | None, origin: str) -> str:
+    """Write `chunks` to `dest`, which takes its name only complete and, when `md5` is given,
+    with that md5; returns the md5 written. InputError naming `dest` and `origin` (where the
+    bytes came from), and no `dest`, on a mismatch."""
+    digest = hashlib.md5()
+    with atomic_output(dest, "wb") as out:
+        for chunk in chunks:
+            digest.update(chunk)
+            out.write(chunk)
+        if md5 is not None and digest.hexdigest() != md5:
+            raise InputError(f"{dest}: md5 {digest.hexdigest()} is not the official {md5} "
+                             f"({origin}); not kept")
+    return digest.hexdigest()

@@ -52,7 +52,8 @@ from tqdm import tqdm
 from benchmark.errors import exit_on_user_error
 from benchmark.files import md5_file
 from cleanup_scripts.artifacts import causes as artifact_causes
-from cleanup_scripts.artifacts import partial_name, problem, resume_hint, shown, verified
+from benchmark.errors import printable as shown
+from cleanup_scripts.artifacts import partial_name, problem, resume_hint, verified
 from cleanup_scripts.fileio import InputError, ensure_dir
 from cleanup_scripts.layout import DatasetLayout
 from cleanup_scripts.ledger import Entry, OutputLedger

@@ -154,7 +154,7 @@ def test_the_default_is_make_downloads_and_the_size_is_said_before_starting(caps
     config.write_text("{}")  # not the official file: the md5 check fails after the plan line
     run_cli([f"--output_dir={tmp_path / 'out'}", "--source=url", "--artifacts=config",
              f"--url=bert_config.json={config}"])
-    assert capsys.readouterr().out.splitlines()[0] == "downloading 1 file(s), 314 B"
+    assert capsys.readouterr().out.splitlines()[0] == "downloading 1 file(s), 314 bytes"
 
 
 def test_list_defaults_to_the_mlcommons_r2_bucket(capsys):

@@ -1,0 +1,336 @@
+"""The MLCommons R2 bucket: its two BERT datasets over HTTPS, or from a folder its official
+downloader (mlcommons/r2-downloader) filled.
+
+Each dataset has two metadata files: `<dataset>.uri`, one line, the URL of its folder, and
+`<dataset>.md5`, every file of that folder with its md5. `bert-input-files` holds the inputs
+(one under another name, found by its md5); `bert-preprocessed-wikipedia-dataset` holds
+results/ packed in an archive, with the md5 list of its files. A file takes its name only with
+the md5 of `checksums/` (or, for a results/ file that lacks one, of the bucket's list).
+"""
+from __future__ import annotations
+
+import re
+import tarfile
+import urllib.parse
+import zipfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO, Callable, Iterator, Mapping
+
+from benchmark.files import md5_file
+from cleanup_scripts import checksums
+from cleanup_scripts.artifacts import place, verified, write_checked
+from cleanup_scripts.artifacts.transfer import CHUNK_SIZE, LoginRequired, fetch
+from cleanup_scripts.fileio import InputError, ensure_dir
+
+R2_METADATA_URL = "https://training.mlcommons-storage.org/metadata"
+R2_INPUTS = "bert-input-files"
+R2_PROCESSED = "bert-preprocessed-wikipedia-dataset"
+# The folder the official downloader fills when it is given no -d (the end of the .uri's URL).
+R2_DEFAULT_FOLDERS = {R2_INPUTS: "input_files", R2_PROCESSED: "processed_dataset"}
+# Files the bucket keeps under another name than ours (same bytes), for a folder without the
+# bucket's .md5 list (with one, the name is found by md5).
+R2_OTHER_NAMES = {"tf1_ckpt/model.ckpt-28252.data-00000-of-00001":
+                  ("tf1_ckpt/model.ckpt-28252-003.data-00000-of-00001",)}
+R2_RESULTS_LIST = "bert_reference_results_text_md5.txt"
+R2_RESULTS_ARCHIVES = ("results_text.tar.gz", "results_text.zip")
+R2_RESULTS_UNPACKED = "results4"  # an archive someone already unpacked in the folder
+# Ceilings for the files of unpublished size: the metadata and the results md5 list (the
+# processed dataset's .md5 lists 502 files in ~40 KB), and the results archive (its 502 text
+# files hold ~13.6 GB; packed, they can only be a little larger).
+R2_METADATA_MAX_BYTES = 1 << 20
+R2_RESULTS_ARCHIVE_MAX_BYTES = 16 << 30
+R2_DOWNLOADER = "mlc-r2-downloader.sh"
+R2_DOWNLOADER_URL = ("https://raw.githubusercontent.com/mlcommons/r2-downloader/refs/heads/main/"
+                     + R2_DOWNLOADER)
+R2_STAGING = "r2"  # OUTPUT_DIR/r2/<dataset>/: its metadata and results files, as fetched
+
+
+def dataset_uri(metadata_url: str, dataset: str) -> str:
+    """The URL of dataset `dataset`'s `.uri` metadata file."""
+    return f"{metadata_url.rstrip('/')}/{dataset}.uri"
+
+
+@dataclass
+class R2Request:
+    """What is asked of the bucket: input artifacts, and results/ files (None: all of them)."""
+
+    inputs: list[str]
+    results: list[str] | None
+    any_results: bool
+
+    def datasets(self) -> list[str]:
+        return ([R2_INPUTS] if self.inputs else []) + ([R2_PROCESSED] if self.any_results else [])
+
+
+def r2_request(paths: list[str], names: list[str], known: Mapping[str, checksums.Artifact]
+               ) -> R2Request:
+    """Sort artifact `paths` (selected by the `--artifacts` `names`) into the two datasets;
+    InputError for one the bucket does not hold."""
+    inputs, results = [], []
+    for path in paths:
+        if path.startswith("results/"):
+            results.append(path.removeprefix("results/"))
+        elif known[path].group == "inputs" and not path.endswith(".xml"):
+            inputs.append(path)
+        else:
+            hint = " (it has the .bz2: add --decompress)" if path.endswith(".xml") else ""
+            raise InputError(f"{path}: not in the R2 bucket{hint}; give --url {path}=URL or "
+                             f"--base_url")
+    whole = "results" in names
+    return R2Request(inputs, None if whole else results, whole or bool(results))
+
+
+def read_listing(path: Path) -> dict[str, str]:
+    """A bucket's `.md5` list: {path in the dataset folder: md5}, a leading `./` dropped."""
+    return {name.removeprefix("./"): md5
+            for name, md5 in checksums.parse_md5_manifest(path).items()}
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """One dataset as its metadata describes it, and the local folder it is staged in."""
+
+    uri: str  # the .uri file's URL
+    base_url: str  # the dataset folder's URL
+    listing: dict[str, str]  # {path in the folder: md5}
+    folder: Path
+
+    def url(self, path: str) -> str:
+        """The URL of file `path` of the dataset."""
+        quoted = urllib.parse.quote(path) if self.base_url.startswith("http") else path
+        return f"{self.base_url}/{quoted}"
+
+    def fetch_first(self, names: tuple[str, ...], retries: int) -> None:
+        """Fetch the first of `names` the listing has into the folder, md5-checked."""
+        name = next((name for name in names if name in self.listing), None)
+        if name is None:
+            raise InputError(f"{self.uri.removesuffix('.uri')}.md5: lists none of "
+                             f"{', '.join(names)}")
+        ceiling = R2_METADATA_MAX_BYTES if name == R2_RESULTS_LIST else \
+            R2_RESULTS_ARCHIVE_MAX_BYTES
+        fetch(self.url(name), self.folder / name, self.listing[name], retries=retries,
+              max_size=ceiling)
+
+
+def open_dataset(metadata_url: str, name: str, folder: Path, retries: int) -> Dataset:
+    """Fetch dataset `name`'s `.uri` and `.md5` into `folder`, where the official downloader
+    keeps them too. A Cloudflare Access login is one line saying how to do without it."""
+    uri = dataset_uri(metadata_url, name)
+    where = ensure_dir(folder) / f"{name}.uri"
+    try:
+        fetch(uri, where, retries=retries, max_size=R2_METADATA_MAX_BYTES)
+    except LoginRequired as err:
+        raise InputError(f"{err}: get the dataset with the official downloader (`curl -fsSLO "
+                         f"{R2_DOWNLOADER_URL}`, then `bash {R2_DOWNLOADER} -d DIR {uri}`) and "
+                         f"pass --from_dir=DIR") from err
+    lines = where.read_text(encoding="utf-8", errors="replace").split()
+    if len(lines) != 1 or not re.match(r"^(https?|file)://\S+$", lines[0]):
+        raise InputError(f"{uri}: not a dataset .uri file (one line, the URL of the dataset's "
+                         f"folder, was expected)")
+    listing = folder / f"{name}.md5"
+    fetch(uri.removesuffix(".uri") + ".md5", listing, retries=retries,
+          max_size=R2_METADATA_MAX_BYTES)
+    return Dataset(uri, lines[0].rstrip("/"), read_listing(listing), folder)
+
+
+def bucket_path(artifact: checksums.Artifact, listing: Mapping[str, str], where: str) -> str:
+    """The path under which the bucket's list `listing` holds `artifact`: its own path, or
+    another with the official md5 (the bucket renamed a file)."""
+    listed = listing.get(artifact.path)
+    if listed is not None:
+        if artifact.md5 is not None and listed != artifact.md5:
+            raise InputError(f"{where}: lists md5 {listed} for {artifact.path}, the official md5 "
+                             f"is {artifact.md5}")
+        return artifact.path
+    same = sorted(path for path, md5 in listing.items() if md5 == artifact.md5)
+    if not same:
+        raise InputError(f"{artifact.path}: not in the bucket's list {where}")
+    folder = artifact.path.rpartition("/")[0]
+    return next((path for path in same if path.rpartition("/")[0] == folder), same[0])
+
+
+def fetch_inputs(dataset: Dataset, paths: list[str], known: Mapping[str, checksums.Artifact],
+                 output_dir: Path, retries: int) -> list[Path]:
+    """Download the input artifacts `paths` from `dataset` into `output_dir`."""
+    where = dataset.uri.removesuffix(".uri") + ".md5"
+    for path in paths:
+        artifact = known[path]
+        fetch(dataset.url(bucket_path(artifact, dataset.listing, where)), output_dir / path,
+              artifact.md5, artifact.size, retries=retries)
+        print(f"ok  {path}")
+    return [output_dir / path for path in paths]
+
+
+def _check_found(found: Path, md5: str, label: str) -> None:
+    """InputError unless `found` (a file in a folder the user gave) has md5 `md5`."""
+    actual = md5_file(found)
+    if actual != md5:
+        raise InputError(f"{found}: md5 {actual} is not the official {md5} of {label}; not used")
+
+
+def find_folder(root: Path, name: str) -> tuple[Path, dict[str, str] | None]:
+    """The folder under `root` that the official downloader filled with dataset `name`, and
+    the dataset's md5 list found there (None when there is none): `root` itself (its -d), its
+    default folder under `root`, or another folder directly under `root` holding `<name>.md5`."""
+    if not root.is_dir():
+        raise InputError(f"{root}: no such folder")
+    default = root / R2_DEFAULT_FOLDERS[name]
+    for folder in [root, default] + sorted(p for p in root.iterdir() if p.is_dir()):
+        if (folder / f"{name}.md5").is_file():
+            return folder, read_listing(folder / f"{name}.md5")
+    return (default if default.is_dir() else root), None
+
+
+def import_inputs(folder: Path, listing: Mapping[str, str] | None, paths: list[str],
+                  known: Mapping[str, checksums.Artifact], output_dir: Path) -> list[Path]:
+    """Check the input artifacts `paths` in a folder the official downloader filled and place
+    them under `output_dir` (hard links where possible); returns the files placed."""
+    where = str(folder / f"{R2_INPUTS}.md5")
+    for path in paths:
+        artifact = known[path]
+        if listing is not None:
+            candidates = [bucket_path(artifact, listing, where)]
+        else:
+            candidates = [path, *R2_OTHER_NAMES.get(path, ())]
+        found = next((folder / c for c in candidates if (folder / c).is_file()), None)
+        if found is None:
+            raise InputError(f"{folder / candidates[0]}: missing ({path} is not in {folder})")
+        if not verified(output_dir / path, artifact.md5, artifact.size):
+            _check_found(found, artifact.md5, path)
+            place(found, output_dir / path)
+        print(f"ok  {path}")
+    return [output_dir / path for path in paths]
+
+
+# The results/ folder
+
+
+def _flat_name(path: str) -> str | None:
+    """The file name of a results/ entry (`part-…`, `./part-…`, `results4/part-…`), or None
+    for anything else (deeper paths, `..`, absolute paths)."""
+    parts = [part for part in PurePosixPath(path).parts if part != "."]
+    if path.startswith("/") or not parts or len(parts) > 2 or ".." in parts:
+        return None
+    return parts[-1]
+
+
+def results_expected(list_path: Path, known: Mapping[str, checksums.Artifact]
+                     ) -> dict[str, str]:
+    """{file name in results/: md5}: the bucket's list, and the official values of
+    `checksums/`, which it must agree with."""
+    expected: dict[str, str] = {}
+    for path, md5 in checksums.parse_md5_manifest(list_path).items():
+        name = _flat_name(path)
+        if name is None:
+            raise InputError(f"{list_path}: {path!r} is not a file of the results/ folder")
+        expected[name] = md5
+    for path, artifact in known.items():
+        if artifact.group != "results" or artifact.md5 is None:
+            continue
+        name = path.removeprefix("results/")
+        if expected.setdefault(name, artifact.md5) != artifact.md5:
+            raise InputError(f"{list_path}: lists md5 {expected[name]} for {path}, the official "
+                             f"md5 is {artifact.md5}")
+    return expected
+
+
+def _archive_members(source: Path) -> Iterator[tuple[str, BinaryIO]]:
+    """(path, stream) of each file in a results archive (.tar.gz, .zip) or unpacked folder."""
+    if source.is_dir():
+        for path in sorted(p for p in source.rglob("*") if p.is_file()):
+            with open(path, "rb") as handle:
+                yield path.relative_to(source).as_posix(), handle
+    elif source.name.endswith(".zip"):
+        with zipfile.ZipFile(source) as archive:
+            for info in archive.infolist():
+                if not info.is_dir():
+                    with archive.open(info) as handle:
+                        yield info.filename, handle
+    else:
+        with tarfile.open(source, "r|*") as archive:
+            for member in archive:
+                handle = archive.extractfile(member) if member.isfile() else None
+                if handle is not None:
+                    yield member.name, handle
+
+
+def unpack_results(source: Path, expected: Mapping[str, str], names: list[str],
+                   results_dir: Path) -> None:
+    """Write files `names` of results/ from `source` (the archive, or its unpacked folder) into
+    `results_dir`, each with its md5 of `expected` before it takes its name."""
+    ensure_dir(results_dir)
+    todo = set(names)
+    try:
+        for member, stream in _archive_members(source):
+            name = _flat_name(member)
+            if name in todo:
+                write_checked(iter(lambda: stream.read(CHUNK_SIZE), b""), results_dir / name,
+                              expected[name], f"unpacked from {source}")
+                todo.discard(name)
+                if not todo:
+                    break
+    except (tarfile.TarError, zipfile.BadZipFile, zlib.error, EOFError, OSError) as err:
+        raise InputError(f"{source}: damaged archive ({' '.join(str(err).split())})") from err
+    if todo:
+        raise InputError(f"{source}: has no results/{min(todo)} ({len(todo)} of the "
+                         f"{len(names)} files asked for are missing)")
+
+
+def import_results(folder: Path, listing: Mapping[str, str] | None,
+                   known: Mapping[str, checksums.Artifact], wanted: list[str] | None,
+                   results_dir: Path, get: Callable[[tuple[str, ...]], None] | None = None
+                   ) -> list[Path]:
+    """Check and unpack the results/ files `wanted` (None: all) from the processed dataset's
+    folder; `get(names)` first brings the first of `names` into it (else it is there already).
+    Returns the files of results/ placed."""
+    list_path = folder / R2_RESULTS_LIST
+    if get is not None:
+        get((R2_RESULTS_LIST,))
+    if not list_path.is_file():
+        raise InputError(f"{list_path}: missing (the md5 list of the processed dataset)")
+    if listing is not None and R2_RESULTS_LIST in listing:
+        _check_found(list_path, listing[R2_RESULTS_LIST], R2_RESULTS_LIST)
+    expected = results_expected(list_path, known)
+    names = sorted(expected) if wanted is None else wanted
+    for name in names:
+        if name not in expected:
+            raise InputError(f"results/{name}: not in the bucket's list {list_path}")
+    pending = [name for name in names if not verified(results_dir / name, expected[name])]
+    if pending:
+        if get is not None:
+            get(R2_RESULTS_ARCHIVES)
+        options = [folder / name for name in R2_RESULTS_ARCHIVES] + [folder / R2_RESULTS_UNPACKED]
+        source = next((path for path in options if path.exists()), None)
+        if source is None:
+            raise InputError(f"{folder}: holds neither {' nor '.join(R2_RESULTS_ARCHIVES)} nor "
+                             f"{R2_RESULTS_UNPACKED}/")
+        unpack_results(source, expected, pending, results_dir)
+    for name in names:
+        print(f"ok  results/{name}")
+    return [results_dir / name for name in names]
+
+
+def r2_download(request: R2Request, known: Mapping[str, checksums.Artifact], output_dir: Path,
+                metadata_url: str, from_dir: str | None, retries: int) -> list[Path]:
+    """Get the requested artifacts from the bucket into `output_dir`, over HTTPS (staged in
+    `output_dir/r2/<dataset>/`) or from `from_dir`; returns the files placed."""
+    placed = []
+    for name in request.datasets():
+        if from_dir:
+            folder, listing = find_folder(Path(from_dir).expanduser(), name)
+            if name == R2_INPUTS:
+                placed += import_inputs(folder, listing, request.inputs, known, output_dir)
+                continue
+            get = None
+        else:
+            dataset = open_dataset(metadata_url, name, output_dir / R2_STAGING / name, retries)
+            if name == R2_INPUTS:
+                placed += fetch_inputs(dataset, request.inputs, known, output_dir, retries)
+                continue
+            folder, listing = dataset.folder, dataset.listing
+            get = lambda names: dataset.fetch_first(names, retries)  # noqa: E731
+        placed += import_results(folder, listing, known, request.results,
+                                 output_dir / "results", get)
+    return placed

@@ -1,0 +1,328 @@
+"""One file from `http(s)://`, `file://` or a path into place: `fetch`.
+
+The file is written as `<file>.partial`, which a transfer cut short (or a later run) resumes with
+a Range request; one `Deadline` bounds all of a file's attempts and waits, and no more bytes are
+written than its official size (or a ceiling). It takes its name only with its official md5;
+every failure is one InputError naming it.
+"""
+from __future__ import annotations
+
+import contextlib
+import http.client
+import os
+import socket
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+import requests
+from requests.adapters import HTTPAdapter
+from tqdm import tqdm
+from urllib3 import exceptions as urllib3_exceptions
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+from benchmark.errors import printable
+from benchmark.files import md5_file
+from cleanup_scripts.artifacts import Retryable, partial_name, problem, resume_hint, verified
+from cleanup_scripts.fileio import InputError, ensure_dir
+
+CHUNK_SIZE = 1 << 20
+TIMEOUT_S = 60  # the most one connect or one read may wait
+# A file's deadline: DEADLINE_FLOOR_S plus one second per MIN_RATE bytes of it (2.9 hours for
+# the 1.34 GB TF2 checkpoint, 37.7 hours for the 17.75 GB dump).
+DEADLINE_FLOOR_S = 300.0
+MIN_RATE = 128 << 10  # bytes per second
+USER_AGENT = "mlperf-bert-harness-download/1"
+RETRY_STATUSES = (429, 500, 502, 503, 504)
+MAX_REDIRECTS = 10
+_READ_ERRORS = (requests.RequestException, urllib3_exceptions.HTTPError, OSError,
+                http.client.HTTPException)
+
+
+class LoginRequired(InputError):
+    """The source answered with a redirect to a Cloudflare Access login instead of the file."""
+
+
+def _shut(sock: socket.socket) -> None:
+    """Shut `sock` both ways, which wakes a thread blocked reading it (`close` does not)."""
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+class Deadline:
+    """One file's time limit, every attempt and wait included: `floor_s` plus one second per
+    `min_rate` bytes of the file (`total`; while that is unknown, of the bytes `received`).
+
+    As a context manager, a watchdog thread shuts every socket given to `watch` once the limit
+    passes, so no connect, header or body read outlasts it, however a server drips or stalls.
+    """
+
+    def __init__(self, total: int | None = None, floor_s: float | None = None,
+                 min_rate: float | None = None) -> None:
+        self.floor_s = DEADLINE_FLOOR_S if floor_s is None else floor_s
+        self.min_rate = MIN_RATE if min_rate is None else min_rate
+        self.total, self.received = total, 0
+        self.started = time.monotonic()
+        self.expired = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watchdog, name="download-deadline",
+                                        daemon=True)
+
+    def limit_s(self) -> float:
+        """Seconds the download may take in all, as far as its size is known now."""
+        return self.floor_s + (self.total or self.received) / self.min_rate
+
+    def remaining_s(self) -> float:
+        return self.limit_s() - (time.monotonic() - self.started)
+
+    def passed(self) -> bool:
+        return self.expired or self.remaining_s() <= 0
+
+    def describe(self) -> str:
+        """How the limit is made, for the error line."""
+        rate = (f"{self.min_rate / (1 << 10):g} KiB" if self.min_rate < 1 << 20
+                else f"{self.min_rate / (1 << 20):g} MiB")
+        return f"deadline {self.limit_s():.0f} s: {self.floor_s:g} s plus 1 s per {rate} of the file"
+
+    def watch(self, sock: socket.socket) -> socket.socket:
+        """Register a socket of the download (shut at once if the deadline has passed)."""
+        with self._lock:
+            self._sockets.append(sock)
+            if self.expired:
+                _shut(sock)
+        return sock
+
+    def _watchdog(self) -> None:
+        while not self._done.wait(max(self.remaining_s(), 0.0) + 0.01):
+            if self.remaining_s() <= 0:
+                with self._lock:
+                    self.expired = True
+                    for sock in self._sockets:
+                        _shut(sock)
+                return
+
+    def __enter__(self) -> "Deadline":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._done.set()
+        self._thread.join()
+
+
+class _WatchedAdapter(HTTPAdapter):
+    """An HTTPAdapter that hands every new socket to `deadline.watch`, before any TLS handshake
+    or request is sent on it."""
+
+    def __init__(self, deadline: Deadline) -> None:
+        self.deadline = deadline
+        super().__init__()
+
+    def init_poolmanager(self, *args, **kwargs) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        watch = self.deadline.watch
+
+        def watched(pool: type) -> type:
+            class Connection(pool.ConnectionCls):  # type: ignore[misc, name-defined]
+                def _new_conn(self):
+                    return watch(super()._new_conn())
+            return type(pool.__name__, (pool,), {"ConnectionCls": Connection})
+        self.poolmanager.pool_classes_by_scheme = {"http": watched(HTTPConnectionPool),
+                                                   "https": watched(HTTPSConnectionPool)}
+
+
+def _refuse_login(response: requests.Response, **kwargs) -> None:
+    """A response hook: a redirect to a Cloudflare Access login is not followed."""
+    if response.is_redirect and "/cdn-cgi/access/" in response.headers.get("Location", ""):
+        raise LoginRequired(f"{printable(response.url)}: asks for a Cloudflare Access login")
+
+
+def _session(deadline: Deadline) -> requests.Session:
+    """The session of one file's requests: its sockets watched by `deadline`, at most
+    MAX_REDIRECTS redirects, none to a login page."""
+    session = requests.Session()
+    session.max_redirects = MAX_REDIRECTS
+    session.headers.update({"User-Agent": USER_AGENT, "Accept-Encoding": "identity"})
+    session.hooks["response"].append(_refuse_login)
+    session.mount("http://", _WatchedAdapter(deadline))
+    session.mount("https://", _WatchedAdapter(deadline))
+    return session
+
+
+def _local_path(url: str) -> str | None:
+    """The filesystem path of a `file://` URL or plain path; None for a network URL."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "file":
+        return urllib.request.url2pathname(parts.path)
+    if parts.scheme in ("http", "https"):
+        return None
+    if len(parts.scheme) > 1:  # one letter: a Windows drive
+        raise InputError(f"{printable(url)}: unsupported URL scheme {parts.scheme!r}")
+    return url
+
+
+@contextlib.contextmanager
+def _open_source(url: str, offset: int, session: requests.Session
+                 ) -> Iterator[tuple[Iterator[bytes], int, int | None]]:
+    """Open `url` from byte `offset`: (chunks, first byte they hold, total size or None).
+
+    The first byte is 0 when a server ignores the Range header. Retryable for what a retry may
+    cure, InputError for the rest.
+    """
+    local = _local_path(url)
+    if local is not None:
+        try:
+            handle = open(local, "rb")
+        except OSError as err:
+            raise InputError(f"{local}: cannot read source ({err.strerror})") from err
+        with handle:
+            size = os.fstat(handle.fileno()).st_size
+            handle.seek(min(offset, size))
+            yield iter(lambda: handle.read(CHUNK_SIZE), b""), min(offset, size), size
+        return
+    try:
+        response = session.get(url, headers={"Range": f"bytes={offset}-"} if offset else {},
+                               stream=True, timeout=TIMEOUT_S)
+    except requests.TooManyRedirects as err:
+        last = err.response
+        target = urllib.parse.urljoin(last.url, last.headers.get("Location", ""))
+        raise InputError(f"too many redirects from {printable(url)} (the last, HTTP "
+                         f"{last.status_code}, to {printable(target)})") from err
+    except requests.RequestException as err:
+        raise Retryable(problem(err)) from err
+    with response:
+        status = response.status_code
+        if status == 416 and offset:  # nothing after `offset`: the partial file is complete
+            yield iter(()), offset, offset
+            return
+        if status not in (200, 206):
+            words = f"HTTP {status} {printable(' '.join(str(response.reason).split()))}"
+            if status in RETRY_STATUSES:
+                raise Retryable(words)
+            raise InputError(f"{printable(url)}: {words}")
+        start = offset if status == 206 else 0
+        if status == 206 and not response.headers.get("Content-Range", "").startswith(
+                f"bytes {offset}-"):
+            raise Retryable(f"asked for bytes from {offset}, the server sent others")
+        length = response.headers.get("Content-Length", "")
+        # read1: each chunk is what one socket read brought, so a cut keeps the bytes before it
+        yield (iter(lambda: response.raw.read1(CHUNK_SIZE, decode_content=True), b""), start,
+               start + int(length) if length.isdigit() else None)
+
+
+class _Oversized(Exception):
+    """The source announces (`announced`) or sends more bytes than the file may have."""
+
+    def __init__(self, announced: int | None = None) -> None:
+        super().__init__(announced)
+        self.announced = announced
+
+
+def _append(url: str, session: requests.Session, partial: Path, size: int | None,
+            limit: int | None, deadline: Deadline) -> None:
+    """One attempt: append the rest of `url` to `partial` (restarting it when the source sends
+    from byte 0), never past `limit` bytes; Retryable when the source stops short."""
+    offset = partial.stat().st_size if partial.exists() else 0
+    if size is not None and offset >= size:
+        if offset == size:
+            return
+        offset = 0
+    with _open_source(url, offset, session) as (chunks, start, total):
+        if total is not None and limit is not None and total > limit:
+            raise _Oversized(total)
+        deadline.total = deadline.total or total
+        total = total if total is not None else size
+        with open(partial, "ab") as out, tqdm(
+                total=total, initial=start, unit="B", unit_scale=True, unit_divisor=1024,
+                desc=partial.name, leave=False, disable=None) as bar:
+            out.truncate(start)
+            written = start
+            while True:
+                try:
+                    chunk = next(chunks, b"")
+                except _READ_ERRORS as err:  # not the writes: a full disk is no network fault
+                    raise Retryable(f"interrupted at byte {written}: {problem(err)}") from err
+                if not chunk:
+                    break
+                if limit is not None and written + len(chunk) > limit:
+                    raise _Oversized()
+                out.write(chunk)
+                written += len(chunk)
+                deadline.received += len(chunk)
+                bar.update(len(chunk))
+    if deadline.expired:  # the watchdog shut the connection: what came is not the whole file
+        raise Retryable(f"stopped at byte {written} by the deadline")
+    if total is not None and written < total:
+        raise Retryable(f"connection closed at byte {written} of {total}")
+
+
+def _download(url: str, dest: Path, size: int | None, limit: int | None, retries: int,
+              retry_wait_s: float) -> None:
+    """Bring all of `url` into `dest`'s `.partial`: `retries` more attempts after a transient
+    failure, each resuming, all within one Deadline. InputError naming `dest` when it fails."""
+    partial = partial_name(dest)
+    with Deadline(size) as deadline, _session(deadline) as session:
+        for attempt in range(retries + 1):
+            try:
+                return _append(url, session, partial, size, limit, deadline)
+            except _Oversized as err:
+                with contextlib.suppress(FileNotFoundError):
+                    partial.unlink()
+                what = "the official file has" if size is not None else "the most expected of it is"
+                sent = (f"announces {err.announced:,} bytes" if err.announced is not None
+                        else "sent more bytes")
+                raise InputError(f"{dest}: {printable(url)} {sent}, {what} {limit:,}; stopped, "
+                                 f"nothing kept") from err
+            except Retryable as err:
+                if deadline.passed():
+                    have = partial.stat().st_size if partial.exists() else 0
+                    of = f" of {deadline.total:,}" if deadline.total is not None else ""
+                    raise InputError(
+                        f"{dest}: download from {printable(url)} too slow: {have:,}{of} bytes "
+                        f"after {time.monotonic() - deadline.started:.1f} s "
+                        f"({deadline.describe()}){resume_hint(partial)}") from err
+                if attempt == retries:
+                    raise InputError(f"{dest}: download from {printable(url)} failed ({err})"
+                                     f"{resume_hint(partial)}") from err
+                print(f"{dest.name}: {err}; retrying ({attempt + 1}/{retries})", file=sys.stderr)
+                time.sleep(max(0.0, min(retry_wait_s * 2 ** attempt, deadline.remaining_s())))
+
+
+def fetch(url: str, dest: str | os.PathLike, expected_md5: str | None = None,
+          expected_size: int | None = None, retries: int = 3, retry_wait_s: float = 5.0,
+          max_size: int | None = None) -> str:
+    """Download `url` (`http(s)://`, `file://` or a path) to `dest`; return its md5.
+
+    A `dest` with `expected_md5` is kept as it is. The download goes to `dest.partial` (see
+    `_download`): at most `expected_size` bytes, else `max_size`. It is renamed to `dest` only
+    with `expected_size` and `expected_md5` (when given), else removed; every failure is an
+    InputError naming `dest`.
+    """
+    dest = Path(dest)
+    ensure_dir(dest.parent)
+    if expected_md5 is not None and dest.is_file():
+        if verified(dest, expected_md5, expected_size):
+            return expected_md5
+        print(f"{dest}: present but not the official file; downloading it again",
+              file=sys.stderr)
+    limit = expected_size if expected_size is not None else max_size
+    _download(url, dest, expected_size, limit, retries, retry_wait_s)
+    partial = partial_name(dest)
+    size = partial.stat().st_size
+    if expected_size is not None and size != expected_size:
+        partial.unlink()
+        raise InputError(f"{dest}: downloaded {size} bytes, the official file has "
+                         f"{expected_size}; download removed (source {printable(url)})")
+    actual = md5_file(partial)
+    if expected_md5 is not None and actual != expected_md5:
+        partial.unlink()
+        raise InputError(f"{dest}: md5 {actual} is not the official {expected_md5}; "
+                         f"download removed (source {printable(url)})")
+    os.replace(partial, dest)
+    return actual
