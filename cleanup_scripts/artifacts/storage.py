@@ -1,40 +1,22 @@
-"""Google Cloud Storage for the dataset: `gs://` URLs, listing with md5s, and parallel,
-md5-verified uploads and downloads through google-cloud-storage's own transfers.
+"""Google Cloud Storage for the dataset: `gs://` URLs, listings with md5s, and parallel,
+md5-checked uploads and downloads through google-cloud-storage's own transfers.
 
     python -m cleanup_scripts.storage ls gs://bucket/prefix
     python -m cleanup_scripts.storage download gs://bucket/prefix DIR [--nworker=8]
 
-Credentials: Google's default ones; with STORAGE_EMULATOR_HOST (`http://127.0.0.1:9023`) every
-request goes to that emulator without credentials.
-
-Before any request: a `gs://` URL is checked against the bucket naming rules
-(`parse_gcs_url`); an upload refuses a path leading outside the source directory and a file
-whose md5 is no longer the one `manifest.tsv` lists (`check_manifest_md5s`).
-
-Every object is checked against an md5: an upload puts the file's md5 in the object's metadata
-(the bucket refuses other bytes) and compares what the bucket reports; a download compares
-`<file>.partial` with the object's md5 before renaming it.
-
-`manifest.tsv` is the commit record: an upload sends it last, alone, once every file it lists
-is in the bucket (a stale bucket manifest is deleted first); a download checks that every file
-it lists is there with its size and md5 before fetching anything, and writes it last.
-
-Bounds and resumption: a storage call retries transient failures for RETRY_TIMEOUT_S (10 s) in
-all, then fails in one line naming the endpoint. A re-run skips every object (or file) already
-there with the right md5, so after a kill it redoes only the uploads that were in flight; a
-download continues its `.partial` with a ranged read.
+`manifest.tsv` is the commit record: an upload sends it last, once every file it lists is in
+the bucket; a download first checks that every file it lists is there with its size and md5.
+Credentials are Google's default ones; with STORAGE_EMULATOR_HOST every request goes to that
+emulator without credentials.
 """
 from __future__ import annotations
 
 import argparse
 import base64
-import binascii
 import concurrent.futures
-import hashlib
 import os
 import re
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -45,14 +27,12 @@ from google.api_core import exceptions as api_exceptions
 from google.auth import exceptions as auth_exceptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
-from google.cloud.storage.exceptions import InvalidResponse
+from google.cloud.storage.exceptions import DataCorruption, InvalidResponse
 from google.cloud.storage.retry import DEFAULT_RETRY
 from tqdm import tqdm
 
-from benchmark.errors import exit_on_user_error
+from benchmark.errors import exit_on_user_error, printable
 from benchmark.files import md5_file
-from cleanup_scripts.artifacts import causes as artifact_causes
-from benchmark.errors import printable as shown
 from cleanup_scripts.artifacts import partial_name, problem, resume_hint, verified
 from cleanup_scripts.fileio import InputError, ensure_dir
 from cleanup_scripts.layout import DatasetLayout
@@ -61,27 +41,21 @@ from cleanup_scripts.runner import StageSummary, report
 
 GS_SCHEME = "gs://"
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
+DEFAULT_ENDPOINT = "https://storage.googleapis.com"
 MANIFEST = "manifest.tsv"
-
-# Chunks of a resumable upload or a chunked download: multiples of 256 KiB.
-CHUNK_QUANTUM = 256 << 10
+CHUNK_QUANTUM = 256 << 10  # chunks of a resumable upload or a ranged download: multiples of it
 DEFAULT_CHUNK_SIZE = 16 << 20
 DEFAULT_THREADS = 8
 TIMEOUT_S = (30, 300)  # connect, read
-# A storage call (listing, a download, a delete) retries a transient failure (connection
-# refused or reset, HTTP 429/5xx) with waits of 0.5, 1, 2, 4, 4 ... s for at most this long in
-# all, then fails with one line naming the endpoint (the library's default is 120 s).
+# A storage call retries a transient failure (connection refused or reset, HTTP 429/5xx) for at
+# most this long in all, then fails in one line naming the endpoint (the library's is 120 s).
 RETRY_TIMEOUT_S = 10.0
-DEFAULT_ENDPOINT = "https://storage.googleapis.com"
-# A bucket's manifest.tsv is read into memory to check the copy: this much at most.
-MANIFEST_MAX_BYTES = 64 << 20
+MANIFEST_MAX_BYTES = 64 << 20  # a bucket's manifest.tsv is read into memory: this much at most
 OBJECT_NAME_MAX_BYTES = 1024
 _IP_ADDRESS = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3}){3}")
 _GOOGLE = re.compile(r"g[o0][o0]gle")
-
-
-# ----------------------------------------------------------------------------------------------
-# URLs, clients, md5s
+_API_ERRORS = (api_exceptions.GoogleAPIError, requests.RequestException, InvalidResponse,
+               DataCorruption)
 
 
 @dataclass(frozen=True)
@@ -104,13 +78,7 @@ class GcsUrl:
         return f"{GS_SCHEME}{self.bucket}/{self.object_name(relative)}"
 
     def __str__(self) -> str:
-        return f"{GS_SCHEME}{self.bucket}/{self.prefix}" if self.prefix else \
-            f"{GS_SCHEME}{self.bucket}"
-
-
-def is_gcs_url(text: str | os.PathLike) -> bool:
-    """True for a `gs://…` string."""
-    return isinstance(text, str) and text.startswith(GS_SCHEME)
+        return f"{GS_SCHEME}{self.bucket}" + (f"/{self.prefix}" if self.prefix else "")
 
 
 def bucket_name_problem(name: str) -> str | None:
@@ -141,16 +109,15 @@ def parse_gcs_url(url: str) -> GcsUrl:
     """Parse `gs://bucket[/prefix]`, the one place `gs://` URLs are checked: InputError, in one
     line naming the URL and the reason, for anything else, a bucket name that breaks the
     naming rules (`bucket_name_problem`), or a prefix that no object name can start with."""
-    shown = url if isinstance(url, str) and url.isprintable() else repr(url)
-    if not is_gcs_url(url):
-        raise InputError(f"{shown}: not a gs://bucket/prefix URL")
-    bucket, _, prefix = url[len(GS_SCHEME):].partition("/")
+    shown = printable(url)
+    bucket, _, prefix = url.removeprefix(GS_SCHEME).partition("/")
     prefix = prefix.strip("/")
-    if not bucket or any(part in ("", ".", "..") for part in prefix.split("/") if prefix):
+    if (not url.startswith(GS_SCHEME) or not bucket
+            or any(part in ("", ".", "..") for part in prefix.split("/") if prefix)):
         raise InputError(f"{shown}: not a gs://bucket/prefix URL")
-    problem = bucket_name_problem(bucket)
-    if problem:
-        raise InputError(f"{shown}: invalid bucket name {bucket!r}: {problem}")
+    why = bucket_name_problem(bucket)
+    if why:
+        raise InputError(f"{shown}: invalid bucket name {bucket!r}: {why}")
     if "\r" in prefix or "\n" in prefix:
         raise InputError(f"{shown}: object names cannot contain line breaks")
     if len(prefix.encode("utf-8")) + 2 > OBJECT_NAME_MAX_BYTES:  # room for "/x" after it
@@ -161,31 +128,27 @@ def parse_gcs_url(url: str) -> GcsUrl:
 
 def md5_hex(md5_base64: str | None) -> str | None:
     """The hex digest of a base64 `md5Hash` from object metadata (None stays None)."""
-    if not md5_base64:
-        return None
-    return base64.b64decode(md5_base64).hex()
+    return base64.b64decode(md5_base64).hex() if md5_base64 else None
 
 
 def md5_base64(md5_hexdigest: str) -> str:
     """The base64 form of a hex md5, as object metadata's `md5Hash` holds it."""
-    return base64.b64encode(binascii.unhexlify(md5_hexdigest)).decode("ascii")
+    return base64.b64encode(bytes.fromhex(md5_hexdigest)).decode("ascii")
 
 
-def emulator_endpoint() -> str | None:
-    """The emulator's base URL from STORAGE_EMULATOR_HOST (a scheme added if missing)."""
+def endpoint() -> str:
+    """The storage endpoint requests go to: STORAGE_EMULATOR_HOST's (a scheme added if
+    missing), else Google's."""
     host = os.environ.get(EMULATOR_ENV, "").strip()
-    if not host:
-        return None
-    return host if "://" in host else "http://" + host
+    return (host if "://" in host else "http://" + host) if host else DEFAULT_ENDPOINT
 
 
 def make_client() -> storage.Client:
     """A storage client: the emulator of STORAGE_EMULATOR_HOST without credentials, else
     Google's default credentials (InputError, in one line, when there are none)."""
-    endpoint = emulator_endpoint()
-    if endpoint:
+    if os.environ.get(EMULATOR_ENV, "").strip():
         return storage.Client(credentials=AnonymousCredentials(), project="emulator",
-                              client_options={"api_endpoint": endpoint})
+                              client_options={"api_endpoint": endpoint()})
     try:
         return storage.Client()
     except auth_exceptions.DefaultCredentialsError as err:
@@ -194,55 +157,24 @@ def make_client() -> storage.Client:
 
 
 def retry_policy() -> "DEFAULT_RETRY":
-    """The retry of a storage call: the library's own choice of what is transient, within
-    RETRY_TIMEOUT_S (read when called, so it can be changed)."""
+    """The library's retry of what is transient, waiting 0.5, 1, 2, 4, 4 ... s, for at most
+    RETRY_TIMEOUT_S in all (read when called, so it can be changed)."""
     return DEFAULT_RETRY.with_delay(initial=0.5, maximum=4.0, multiplier=2.0).with_timeout(
         RETRY_TIMEOUT_S)
 
 
-def endpoint() -> str:
-    """The storage endpoint requests go to: the emulator's, else Google's."""
-    return emulator_endpoint() or DEFAULT_ENDPOINT
-
-
-def connection_problem(err: BaseException) -> str | None:
-    """"connection refused", "timed out", ... when `err` is a failure to reach the endpoint
-    (None for anything else, such as an HTTP error answer)."""
-    causes = list(artifact_causes(err))
-    if any(isinstance(c, ConnectionRefusedError) for c in causes):
-        return "connection refused"
-    if not any(isinstance(c, (requests.ConnectionError, requests.Timeout, OSError))
-               for c in causes):
-        return None
-    for cause in causes:
-        if isinstance(cause, OSError) and cause.strerror:
-            return shown(cause.strerror[:1].lower() + cause.strerror[1:])
-    return "timed out" if any(isinstance(c, (TimeoutError, requests.Timeout)) for c in causes) \
-        else "connection failed"
-
-
 def _api_error(where: str, err: Exception) -> InputError:
     """A one-line InputError for a failed storage call about `where`."""
-    where = shown(where)
-    problem = connection_problem(err)
-    if problem is not None:
-        retried = (f" (retried for {RETRY_TIMEOUT_S:g} s)"
-                   if isinstance(err, api_exceptions.RetryError) else "")
-        return InputError(f"{where}: cannot reach the storage endpoint {shown(endpoint())}: "
-                          f"{problem}{retried}")
-    if isinstance(err, api_exceptions.RetryError) and err.cause is not None:
-        err = err.cause
-    if isinstance(err, api_exceptions.NotFound):
+    retried = isinstance(err, api_exceptions.RetryError) and err.cause is not None
+    cause = err.cause if retried else err
+    where = printable(where)
+    if isinstance(cause, (requests.ConnectionError, requests.Timeout)):
+        return InputError(f"{where}: cannot reach the storage endpoint {printable(endpoint())}: "
+                          f"{problem(cause)}" + (f" (retried for {RETRY_TIMEOUT_S:g} s)"
+                                                 if retried else ""))
+    if isinstance(cause, api_exceptions.NotFound):
         return InputError(f"{where}: not found (no such bucket or object)")
-    if isinstance(err, api_exceptions.Forbidden):
-        return InputError(f"{where}: permission denied ({shown(err.message)})")
-    message = getattr(err, "message", None) or str(err) or type(err).__name__
-    return InputError(f"{where}: {type(err).__name__}: "
-                      f"{shown(' '.join(message.split())[:300])}")
-
-
-# ----------------------------------------------------------------------------------------------
-# Listing
+    return InputError(f"{where}: {type(cause).__name__}: {problem(cause)[:300]}")
 
 
 @dataclass(frozen=True)
@@ -256,28 +188,44 @@ class RemoteObject:
 
 
 def list_objects(url: GcsUrl, client: storage.Client | None = None) -> dict[str, RemoteObject]:
-    """Every object under `url`, keyed by its path relative to the prefix, with size and md5.
-
-    Only metadata is read. `gs://b/data` lists `data/...`, not `database/...`. Names that end
-    in `/` (folder placeholders) are left out.
-    """
+    """Every object under `url` (`gs://b/data` lists `data/...`, not `database/...`), keyed by
+    its path relative to the prefix, from metadata only; folder placeholders (`…/`) left out."""
     client = client or make_client()
-    prefix = url.prefix + "/" if url.prefix else None
     objects: dict[str, RemoteObject] = {}
     try:
-        for blob in client.list_blobs(url.bucket, prefix=prefix, retry=retry_policy(),
+        for blob in client.list_blobs(url.bucket, prefix=url.prefix + "/" if url.prefix else None,
+                                      retry=retry_policy(),
                                       fields="items(name,size,md5Hash,generation),nextPageToken"):
-            if blob.name.endswith("/"):
-                continue
-            objects[url.relative(blob.name)] = RemoteObject(
-                blob.name, int(blob.size or 0), md5_hex(blob.md5_hash), blob.generation)
-    except (api_exceptions.GoogleAPIError, requests.RequestException) as err:
+            if not blob.name.endswith("/"):
+                objects[url.relative(blob.name)] = RemoteObject(
+                    blob.name, int(blob.size or 0), md5_hex(blob.md5_hash), blob.generation)
+    except _API_ERRORS as err:
         raise _api_error(str(url), err) from err
     return objects
 
 
+def _in_threads(function: Callable, items: list, nworker: int, desc: str) -> list:
+    """`function(item)` for each item in `nworker` threads (DEFAULT_THREADS when not positive),
+    with a bar of files done; the results in order. Every item is attempted, then the first
+    failure is raised (the other ones printed on stderr)."""
+    threads = max(1, min(nworker if nworker > 0 else DEFAULT_THREADS, len(items) or 1))
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        futures = [pool.submit(function, item) for item in items]
+        for _ in tqdm(concurrent.futures.as_completed(futures), total=len(futures), desc=desc,
+                      unit="file", leave=False, disable=None):
+            pass
+    errors = [future.exception() for future in futures if future.exception() is not None]
+    for err in errors[1:]:
+        print(f"error: {printable(err)}", file=sys.stderr)
+    if len(errors) > 1 and isinstance(errors[0], InputError):
+        raise InputError(f"{errors[0]} (and {len(errors) - 1} more failures above)")
+    if errors:
+        raise errors[0]
+    return [future.result() for future in futures]
+
+
 # ----------------------------------------------------------------------------------------------
-# Local files
+# What an upload sends
 
 
 @dataclass(frozen=True)
@@ -299,16 +247,10 @@ def inside_source(root: Path, relative: str, where: str) -> Path:
     if any(part in ("", ".", "..") for part in relative.split("/")):
         raise InputError(f"{where}: {relative!r} is not a plain relative path under {root} "
                          f"(a '..', '.' or empty component)")
-    path = root / relative
-    target = path.resolve()
+    target = (root / relative).resolve()
     if not target.is_relative_to(root.resolve()):
         raise InputError(f"{where}: {relative!r} is outside {root} (a symlink to {target})")
-    return path
-
-
-def _is_hidden(relative: PurePosixPath) -> bool:
-    return any(part.startswith(".") for part in relative.parts) or \
-        relative.name.endswith(".partial")
+    return root / relative
 
 
 def manifest_rows(text: str, where: str) -> Iterator[tuple[int, str, int, str]]:
@@ -326,11 +268,9 @@ def manifest_rows(text: str, where: str) -> Iterator[tuple[int, str, int, str]]:
 
 
 def read_manifest(source_dir: Path) -> list[LocalFile]:
-    """The files listed in `source_dir/manifest.tsv` (path, bytes, md5), plus the manifest.
-
-    InputError when a listed path leads outside `source_dir` (see `inside_source`), or a
-    listed file is missing or has another size than the manifest says.
-    """
+    """The files listed in `source_dir/manifest.tsv` (path, bytes, md5), then the manifest.
+    InputError for a listed path that leads outside `source_dir` (`inside_source`) or a listed
+    file that is missing or not of the listed size."""
     manifest = source_dir / MANIFEST
     try:
         text = manifest.read_text(encoding="utf-8")
@@ -347,15 +287,13 @@ def read_manifest(source_dir: Path) -> list[LocalFile]:
         if actual != size:
             raise InputError(f"{path}: {actual} bytes, {MANIFEST} says {size}")
         files.append(LocalFile(relative, path, size, md5))
-    files.append(LocalFile(MANIFEST, manifest, manifest.stat().st_size, None))
-    return files
+    return files + [LocalFile(MANIFEST, manifest, manifest.stat().st_size, None)]
 
 
 def local_files(source_dir: str | os.PathLike) -> list[LocalFile]:
-    """What an upload of `source_dir` sends: the files of its `manifest.tsv` and the manifest
-    itself when there is one (a `make preprocess` output), else every file in the tree except
-    hidden ones (`.state/`, `.*`) and `*.partial` downloads. InputError for a file (or a
-    manifest path) that leads outside `source_dir`."""
+    """What an upload of `source_dir` sends: its `manifest.tsv`'s files and the manifest when
+    there is one (a `make preprocess` output), else every file of the tree but hidden ones
+    (`.state/`, `.*`) and `*.partial` downloads. InputError for a path leading outside it."""
     root = Path(source_dir)
     if not root.is_dir():
         raise InputError(f"{root}: not a directory")
@@ -364,24 +302,16 @@ def local_files(source_dir: str | os.PathLike) -> list[LocalFile]:
     files = []
     for path in sorted(root.rglob("*")):
         relative = PurePosixPath(path.relative_to(root).as_posix())
-        if path.is_file() and not _is_hidden(relative):
+        if (path.is_file() and not any(part.startswith(".") for part in relative.parts)
+                and not relative.name.endswith(".partial")):
             inside_source(root, str(relative), str(path))
             files.append(LocalFile(str(relative), path, path.stat().st_size, None))
     return files
 
 
-def _ledger_entries(root: Path) -> dict[str, list[Entry]]:
-    """What the pipeline's ledgers (`root/.state/<stage>.outputs`) recorded of each path."""
-    recorded: dict[str, list[Entry]] = {}
-    for ledger in sorted(DatasetLayout(root).state_dir.glob("*.outputs")):
-        for relative, entry in OutputLedger(ledger, root).entries().items():
-            recorded.setdefault(relative, []).append(entry)
-    return recorded
-
-
 def current_md5(local: LocalFile, root: Path, recorded: dict[str, list[Entry]]) -> str:
-    """The md5 of `local` as it is now: a ledger's (see `_ledger_entries`) when it recorded the
-    file's present size and mtime, else the md5 of its bytes."""
+    """The md5 of `local` as it is now: a ledger's (`recorded`: the entries of `root/.state/
+    *.outputs` by path) when it recorded the file's present size and mtime, else its bytes'."""
     try:
         stat = local.path.stat()
         for entry in recorded.get(str(local.path.resolve().relative_to(root.resolve())), ()):
@@ -395,31 +325,30 @@ def current_md5(local: LocalFile, root: Path, recorded: dict[str, list[Entry]]) 
 def check_manifest_md5s(files: list[LocalFile], source_dir: str | os.PathLike, url: GcsUrl,
                         existing: dict[str, RemoteObject], nworker: int = DEFAULT_THREADS
                         ) -> None:
-    """Check that every file listed with an md5 (from `manifest.tsv`) still has that md5, in
-    `nworker` threads, cheaply where a ledger vouches for it (`current_md5`).
-
-    InputError naming the first file that changed since the manifest was written, with the
-    manifest's md5, the file's and the bucket's (or that the object is absent).
-    """
+    """InputError naming the first file listed with an md5 (from `manifest.tsv`) that no longer
+    has it (`current_md5`, in `nworker` threads), with the manifest's, the file's and the
+    bucket's md5 (or that the object is absent)."""
     root = Path(source_dir)
+    recorded: dict[str, list[Entry]] = {}
+    for ledger in sorted(DatasetLayout(root).state_dir.glob("*.outputs")):
+        for relative, entry in OutputLedger(ledger, root).entries().items():
+            recorded.setdefault(relative, []).append(entry)
     listed = [local for local in files if local.md5]
-    recorded = _ledger_entries(root)
-    with concurrent.futures.ThreadPoolExecutor(_thread_count(nworker, len(listed))) as pool:
-        actual = list(pool.map(lambda local: current_md5(local, root, recorded), listed))
+    actual = _in_threads(lambda local: current_md5(local, root, recorded), listed, nworker,
+                         "md5")
     changed = [(local, md5) for local, md5 in zip(listed, actual) if md5 != local.md5]
-    if not changed:
-        return
-    local, md5 = changed[0]
-    remote = existing.get(local.relative)
-    bucket = f"bucket md5 {remote.md5 or 'none'}" if remote else "not in the bucket"
-    more = f"; {len(changed) - 1} more files changed too" if len(changed) > 1 else ""
-    raise InputError(f"{local.path}: changed since {MANIFEST} was written: manifest md5 "
-                     f"{local.md5}, file md5 {md5}, {bucket} ({url.child(local.relative)}); "
-                     f"nothing uploaded{more}")
+    if changed:
+        local, md5 = changed[0]
+        remote = existing.get(local.relative)
+        bucket = f"bucket md5 {remote.md5 or 'none'}" if remote else "not in the bucket"
+        more = f"; {len(changed) - 1} more files changed too" if len(changed) > 1 else ""
+        raise InputError(f"{local.path}: changed since {MANIFEST} was written: manifest md5 "
+                         f"{local.md5}, file md5 {md5}, {bucket} ({url.child(local.relative)}); "
+                         f"nothing uploaded{more}")
 
 
 # ----------------------------------------------------------------------------------------------
-# Upload
+# Transfers
 
 
 @dataclass
@@ -441,21 +370,18 @@ def chunk_size_bytes(megabytes: float) -> int:
 
 
 def upload_file(client: storage.Client, url: GcsUrl, local: LocalFile,
-                existing: RemoteObject | None, chunk_size: int,
-                on_bytes: Callable[[int], None] = lambda count: None) -> Transfer:
-    """Upload one file unless the bucket already holds it with the same md5, by the library's
-    own transfer (one request up to 8 MiB, else a resumable upload in `chunk_size` chunks,
-    each retried by `retry_policy`); then check the md5 the bucket reports. InputError, naming
-    the object, when it differs.
+                existing: RemoteObject | None, chunk_size: int) -> Transfer:
+    """Upload one file unless the bucket holds it with its md5 already: the library's upload
+    (one request up to 8 MiB, else resumable in `chunk_size` chunks), then the md5 the bucket
+    reports is compared. InputError naming the object when it differs.
 
-    The file's md5 goes in the object's metadata, so the bucket itself refuses other bytes
-    (the library's `checksum="md5"` would replace it by the md5 of the bytes read, which a
-    file changed since its manifest was written would match).
+    The file's md5 goes in the object's metadata, so the bucket itself refuses other bytes (the
+    library's `checksum="md5"` would send the md5 of the bytes read, which a file changed since
+    its manifest was written would match).
     """
     target = url.child(local.relative)
     md5 = local.md5 or md5_file(local.path)
     if existing is not None and existing.md5 == md5 and existing.size == local.size:
-        on_bytes(local.size)
         return Transfer(local.relative, local.size, "present")
     blob = client.bucket(url.bucket).blob(url.object_name(local.relative), chunk_size=chunk_size)
     blob.md5_hash = md5_base64(md5)
@@ -463,175 +389,109 @@ def upload_file(client: storage.Client, url: GcsUrl, local: LocalFile,
         blob.upload_from_filename(str(local.path), content_type="application/octet-stream",
                                   client=client, timeout=TIMEOUT_S, checksum=None,
                                   retry=retry_policy())
-    except (api_exceptions.GoogleAPIError, requests.RequestException, InvalidResponse) as err:
-        if "md5" in str(err).lower() and connection_problem(err) is None:
+    except _API_ERRORS as err:
+        if "md5" in str(err).lower():
             raise InputError(f"{target}: the bucket's md5 of the uploaded bytes is not {md5}, "
                              f"the md5 of {local.path} ({problem(err)[:200]})") from err
         raise _api_error(target, err) from err
-    on_bytes(local.size)
     if md5_hex(blob.md5_hash) != md5:
         raise InputError(f"{target}: md5 {md5_hex(blob.md5_hash)} in the bucket after upload, "
                          f"expected {md5} ({local.path})")
     return Transfer(local.relative, local.size, "uploaded", local.size)
 
 
-def _thread_count(nworker: int, items: int) -> int:
-    """Threads for `items` jobs: `nworker` (DEFAULT_THREADS when not positive), at most one
-    per job, at least one."""
-    return max(1, min(nworker if nworker > 0 else DEFAULT_THREADS, items or 1))
-
-
-def _run_in_threads(function: Callable, items: list, nworker: int, total_bytes: int,
-                    desc: str) -> list:
-    """Apply `function(client, item, on_bytes)` to each item in `nworker` threads (one storage
-    client per thread) with a byte progress bar. Every item is attempted; then the first
-    failure is raised (the others are printed on stderr)."""
-    local = threading.local()
-    bar = tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024, desc=desc,
-               leave=False, disable=None)
-    lock = threading.Lock()
-
-    def on_bytes(count: int) -> None:
-        with lock:
-            bar.update(count)
-
-    def job(item):
-        if not hasattr(local, "client"):
-            local.client = make_client()
-        return function(local.client, item, on_bytes)
-
-    results, errors = [], []
-    try:
-        with concurrent.futures.ThreadPoolExecutor(_thread_count(nworker, len(items))) as pool:
-            for future in [pool.submit(job, item) for item in items]:
-                try:
-                    results.append(future.result())
-                except InputError as err:
-                    errors.append(err)
-    finally:
-        bar.close()
-    for err in errors[1:]:
-        print(f"error: {err}", file=sys.stderr)
-    if errors:
-        more = f" (and {len(errors) - 1} more failures above)" if len(errors) > 1 else ""
-        raise InputError(f"{errors[0]}{more}")
-    return results
-
-
 def upload_tree(source_dir: str | os.PathLike, url: str | GcsUrl, nworker: int = DEFAULT_THREADS,
                 chunk_size: int = DEFAULT_CHUNK_SIZE) -> list[Transfer]:
-    """Upload `source_dir` (see `local_files`) to `url` in `nworker` threads, skipping objects
-    already there with the right md5 (so a re-run after a kill redoes only the files that were
-    in flight); every object's md5 is checked. Returns one Transfer per file.
+    """Upload `source_dir` (`local_files`) to `url` in `nworker` threads, skipping objects there
+    with the right md5 already; one Transfer per file. Nothing is sent unless every file listed
+    in its manifest still has the manifest's md5 (`check_manifest_md5s`).
 
-    Nothing is uploaded unless every path stays inside `source_dir` and every file listed in
-    its manifest still has the manifest's size and md5 (`check_manifest_md5s`).
-
-    `manifest.tsv` is the commit record: it goes up last, alone, once every file it lists is
-    in the bucket with its md5, so a bucket holding the manifest holds the whole dataset. A
-    manifest already in the bucket that differs from this one is deleted before any other
-    object changes (it would describe files that are being replaced).
+    `manifest.tsv` goes up last, alone, once every file it lists is in the bucket, so a bucket
+    holding the manifest holds the whole dataset; a bucket manifest that differs from it is
+    deleted before any other object changes.
     """
     url = parse_gcs_url(url) if isinstance(url, str) else url
-    if chunk_size % CHUNK_QUANTUM:
-        raise InputError(f"chunk size {chunk_size}: not a multiple of {CHUNK_QUANTUM} bytes")
     files = local_files(source_dir)
     client = make_client()
     existing = list_objects(url, client)
     check_manifest_md5s(files, source_dir, url, existing, nworker)
-    commit = [item for item in files if item.relative == MANIFEST]
-    data = [item for item in files if item.relative != MANIFEST]
-    data.sort(key=lambda item: -item.size)  # big files first: a shorter tail
-    if commit and MANIFEST in existing:
-        _delete_stale_manifest(client, url, commit[0], existing)
+    commit = [local for local in files if local.relative == MANIFEST]
+    data = sorted((local for local in files if local.relative != MANIFEST),
+                  key=lambda local: -local.size)  # big files first: a shorter tail
+    remote = existing.get(MANIFEST)
+    if commit and remote and (remote.size, remote.md5) != (commit[0].size,
+                                                           md5_file(commit[0].path)):
+        try:
+            client.bucket(url.bucket).blob(remote.name).delete(
+                client=client, if_generation_match=remote.generation, retry=retry_policy(),
+                timeout=TIMEOUT_S)
+        except api_exceptions.NotFound:
+            pass
+        except _API_ERRORS as err:
+            raise _api_error(url.child(MANIFEST), err) from err
+        del existing[MANIFEST]
 
     def send(items: list[LocalFile], desc: str) -> list[Transfer]:
-        return _run_in_threads(
-            lambda client, local, on_bytes: upload_file(
-                client, url, local, existing.get(local.relative), chunk_size, on_bytes),
-            items, nworker, sum(item.size for item in items), desc=desc)
-
-    transfers = send(data, "upload") if data else []
-    return transfers + (send(commit, f"upload {MANIFEST}") if commit else [])
+        return _in_threads(lambda local: upload_file(
+            client, url, local, existing.get(local.relative), chunk_size), items, nworker, desc)
+    return send(data, "upload") + send(commit, f"upload {MANIFEST}")
 
 
-def _delete_stale_manifest(client: storage.Client, url: GcsUrl, manifest: LocalFile,
-                           existing: dict[str, RemoteObject]) -> None:
-    """Delete the bucket's manifest when it is not `manifest` (and forget it in `existing`)."""
-    remote = existing[MANIFEST]
-    if remote.size == manifest.size and remote.md5 == md5_file(manifest.path):
-        return
-    try:
-        client.bucket(url.bucket).blob(remote.name).delete(
-            client=client, if_generation_match=remote.generation, retry=retry_policy(),
-            timeout=TIMEOUT_S)
-    except api_exceptions.NotFound:
-        pass
-    except (api_exceptions.GoogleAPIError, requests.RequestException) as err:
-        raise _api_error(url.child(MANIFEST), err) from err
-    del existing[MANIFEST]
-
-
-# ----------------------------------------------------------------------------------------------
-# Download
-
-
-def _safe_destination(root: Path, relative: str, where: str | None = None) -> Path:
+def _safe_path(root: Path, relative: str, where: str) -> Path:
+    """`root/relative` for a plain, printable relative path; else InputError naming `where`."""
     parts = relative.split("/")
-    if (not relative or relative.startswith("/") or any(p in ("", ".", "..") for p in parts)
+    if (relative.startswith("/") or any(part in ("", ".", "..") for part in parts)
             or not relative.isprintable()):
-        raise InputError(f"{where or shown(relative)}: {relative!r} is not a safe relative path")
+        raise InputError(f"{where}: {relative!r} is not a safe relative path")
     return root.joinpath(*parts)
 
 
+def _read_object(client: storage.Client, url: GcsUrl, remote: RemoteObject, partial: Path,
+                 start: int, chunk_size: int) -> None:
+    """Write object `remote` from byte `start` on into `partial` (its first `start` bytes
+    kept), by the library's ranged download in `chunk_size` requests."""
+    where = url.child(url.relative(remote.name))
+    blob = client.bucket(url.bucket).blob(remote.name, chunk_size=chunk_size)
+    try:
+        with open(partial, "ab") as out:
+            out.truncate(start)
+            if start < remote.size:
+                blob.download_to_file(out, client=client, start=start or None,
+                                      if_generation_match=remote.generation, timeout=TIMEOUT_S,
+                                      checksum=None, retry=retry_policy())
+    except api_exceptions.PreconditionFailed as err:
+        raise InputError(f"{where}: the object changed during the download; run again") from err
+    except _API_ERRORS as err:
+        raise InputError(f"{_api_error(where, err)}{resume_hint(partial)}") from err
+
+
 def download_object(client: storage.Client, url: GcsUrl, relative: str, remote: RemoteObject,
-                    dest_dir: Path, chunk_size: int,
-                    on_bytes: Callable[[int], None] = lambda count: None) -> Transfer:
-    """Download one object to `dest_dir/relative` via `.partial` (continued from its last byte
-    by the library's ranged, chunked download), check its md5 against the object's, then
-    rename it into place."""
-    dest = _safe_destination(dest_dir, relative)
-    source = url.child(relative)
+                    dest_dir: Path, chunk_size: int) -> Transfer:
+    """Download one object to `dest_dir/relative` unless it is there with its md5: into
+    `.partial`, continued from its last byte (once more from byte 0 when the result is not the
+    object's md5), renamed into place only with the object's md5."""
+    dest = _safe_path(dest_dir, relative, printable(relative))
     if verified(dest, remote.md5, remote.size):
-        on_bytes(remote.size)
         return Transfer(relative, remote.size, "present")
-    ensure_dir(dest.parent)
-    partial = partial_name(dest)
-    for _ in range(2):  # a resumed .partial that does not match is fetched again from byte 0
-        offset = partial.stat().st_size if partial.exists() else 0
-        offset = offset if offset <= remote.size else 0
-        on_bytes(offset)
-        if offset < remote.size:
-            blob = client.bucket(url.bucket).blob(remote.name, chunk_size=chunk_size)
-            try:
-                with open(partial, "ab") as out:
-                    out.truncate(offset)
-                    blob.download_to_file(out, client=client, start=offset or None,
-                                          if_generation_match=remote.generation,
-                                          timeout=TIMEOUT_S, checksum=None, retry=retry_policy())
-            except api_exceptions.PreconditionFailed as err:
-                raise InputError(f"{source}: the object changed during the download; "
-                                 f"run again") from err
-            except (api_exceptions.GoogleAPIError, requests.RequestException) as err:
-                raise InputError(f"{_api_error(source, err)}{resume_hint(partial)}") from err
-            on_bytes(remote.size - offset)
+    partial = partial_name(ensure_dir(dest.parent) / dest.name)
+    held = partial.stat().st_size if partial.exists() else 0
+    for start in [held, 0] if 0 < held <= remote.size else [0]:
+        _read_object(client, url, remote, partial, start, chunk_size)
         actual = md5_file(partial)
         if remote.md5 is None or actual == remote.md5:
             os.replace(partial, dest)
-            return Transfer(relative, remote.size, "resumed" if offset else "downloaded",
-                            remote.size - offset, offset)
-        partial.unlink()
-        if not offset:  # a fresh download that does not match: no point in another try
-            break
-    raise InputError(f"{source}: md5 {actual} of the download, the bucket says {remote.md5}; "
-                     f"download removed")
+            return Transfer(relative, remote.size, "resumed" if start else "downloaded",
+                            remote.size - start, start)
+    partial.unlink()
+    raise InputError(f"{url.child(relative)}: md5 {actual} of the download, the bucket says "
+                     f"{remote.md5}; download removed")
 
 
 def read_remote_manifest(client: storage.Client, url: GcsUrl, remote: RemoteObject
                          ) -> dict[str, tuple[int, str]]:
-    """The bucket's `manifest.tsv` under `url`: {path: (bytes, md5)}, read into memory (at
-    most MANIFEST_MAX_BYTES) and checked against the object's md5. InputError, in one line
-    naming the manifest (and line), for anything that is not such a manifest."""
+    """The bucket's `manifest.tsv` under `url` as {path: (bytes, md5)}, read into memory (at
+    most MANIFEST_MAX_BYTES) with its md5 checked. InputError, in one line naming it (and the
+    line), for anything that is not such a manifest."""
     where = url.child(MANIFEST)
     if remote.size > MANIFEST_MAX_BYTES:
         raise InputError(f"{where}: {remote.size:,} bytes, more than a manifest may have "
@@ -639,15 +499,12 @@ def read_remote_manifest(client: storage.Client, url: GcsUrl, remote: RemoteObje
     try:
         data = client.bucket(url.bucket).blob(remote.name).download_as_bytes(
             client=client, if_generation_match=remote.generation, timeout=TIMEOUT_S,
-            checksum=None, retry=retry_policy())
-    except (api_exceptions.GoogleAPIError, requests.RequestException) as err:
+            checksum="md5", retry=retry_policy())
+    except _API_ERRORS as err:
         raise _api_error(where, err) from err
-    if remote.md5 is not None and hashlib.md5(data).hexdigest() != remote.md5:
-        raise InputError(f"{where}: the bytes read are not the object's md5 {remote.md5}; "
-                         f"run again")
     listed: dict[str, tuple[int, str]] = {}
     for number, relative, size, md5 in manifest_rows(data.decode("utf-8", "replace"), where):
-        _safe_destination(Path("."), relative, f"{where}:{number}")
+        _safe_path(Path("."), relative, f"{where}:{number}")
         listed[relative] = (size, md5)
     return listed
 
@@ -660,9 +517,9 @@ def check_complete(url: GcsUrl, listed: dict[str, tuple[int, str]],
     for relative, (size, md5) in sorted(listed.items()):
         remote = objects.get(relative)
         if remote is None:
-            problems.append(f"{shown(relative)} is missing")
+            problems.append(f"{printable(relative)} is missing")
         elif remote.size != size or (remote.md5 is not None and remote.md5 != md5):
-            problems.append(f"{shown(relative)} is {remote.size:,} bytes with md5 "
+            problems.append(f"{printable(relative)} is {remote.size:,} bytes with md5 "
                             f"{remote.md5 or 'unknown'}, the manifest says {size:,} bytes, "
                             f"md5 {md5}")
     if problems:
@@ -675,13 +532,8 @@ def download_prefix(url: str | GcsUrl, dest_dir: str | os.PathLike,
                     nworker: int = DEFAULT_THREADS, chunk_size: int = DEFAULT_CHUNK_SIZE
                     ) -> list[Transfer]:
     """Download every object under `url` to `dest_dir` (same relative paths) in `nworker`
-    threads; files already there with the right md5 are kept, `.partial`s are continued.
-
-    When the prefix holds `manifest.tsv` (an upload's commit record), nothing is downloaded
-    unless every file it lists is there with its size and md5 (`check_complete`), and the
-    manifest itself is written last, after every other file. Without one, a note says the
-    copy's completeness cannot be checked.
-    """
+    threads; one Transfer per file. When the prefix holds `manifest.tsv`, nothing is downloaded
+    unless every file it lists is there (`check_complete`), and the manifest comes last."""
     url = parse_gcs_url(url) if isinstance(url, str) else url
     client = make_client()
     objects = list_objects(url, client)
@@ -693,37 +545,25 @@ def download_prefix(url: str | GcsUrl, dest_dir: str | os.PathLike,
         print(f"note: {url} holds no {MANIFEST}, so whether it is complete cannot be checked",
               file=sys.stderr)
     dest_dir = ensure_dir(dest_dir)
-    items = sorted(((relative, remote) for relative, remote in objects.items()
-                    if relative != MANIFEST), key=lambda item: -item[1].size)
+    data = sorted((relative for relative in objects if relative != MANIFEST),
+                  key=lambda relative: -objects[relative].size)
 
-    def fetch(batch: list, desc: str) -> list[Transfer]:
-        return _run_in_threads(
-            lambda client, item, on_bytes: download_object(
-                client, url, item[0], item[1], dest_dir, chunk_size, on_bytes),
-            batch, nworker, sum(remote.size for _, remote in batch), desc=desc)
-
-    transfers = fetch(items, "download") if items else []
-    if MANIFEST in objects:
-        transfers += fetch([(MANIFEST, objects[MANIFEST])], f"download {MANIFEST}")
-    return transfers
-
-
-# ----------------------------------------------------------------------------------------------
-# Reporting and CLI
+    def fetch(items: list[str], desc: str) -> list[Transfer]:
+        return _in_threads(lambda relative: download_object(
+            client, url, relative, objects[relative], dest_dir, chunk_size), items, nworker, desc)
+    return fetch(data, "download") + fetch([MANIFEST] if MANIFEST in objects else [],
+                                           f"download {MANIFEST}")
 
 
 def describe(transfers: Iterable[Transfer], verb: str, where: str) -> str:
     """One line: how many files were moved, resumed, or already there."""
     transfers = list(transfers)
-    counts = {action: sum(t.action == action for t in transfers)
-              for action in ("present", "resumed")}
-    moved = len(transfers) - counts["present"]
-    line = f"{verb}: {len(transfers)} files {where}: {moved} transferred"
-    resumed = [t for t in transfers if t.action == "resumed"]
-    if resumed:
-        line += " (" + ", ".join(f"{t.relative} resumed at byte {t.resumed_from}"
-                                 for t in resumed[:5]) + (", …" if len(resumed) > 5 else "") + ")"
-    return line + f", {counts['present']} already there with the right md5"
+    present = sum(t.action == "present" for t in transfers)
+    resumed = [f"{t.relative} resumed at byte {t.resumed_from}" for t in transfers
+               if t.action == "resumed"]
+    shown = f" ({', '.join(resumed[:5])}{', …' if len(resumed) > 5 else ''})" if resumed else ""
+    return (f"{verb}: {len(transfers)} files {where}: {len(transfers) - present} transferred"
+            f"{shown}, {present} already there with the right md5")
 
 
 def summary(stage: str, transfers: list[Transfer], started: float) -> StageSummary:
@@ -737,8 +577,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description="List or download a gs://bucket/prefix (md5-verified, resumable).")
     commands = parser.add_subparsers(dest="command", required=True)
-    listing = commands.add_parser("ls", help="Print path, bytes and md5 of every object.")
-    listing.add_argument("url", help="gs://bucket/prefix")
+    commands.add_parser("ls", help="Print path, bytes and md5 of every object.").add_argument(
+        "url", help="gs://bucket/prefix")
     download = commands.add_parser("download", help="Download every object under URL to DIR.")
     download.add_argument("url", help="gs://bucket/prefix")
     download.add_argument("directory", metavar="DIR")
