@@ -17,7 +17,7 @@ class DatasetLayout:
     tfrecords/             part-XXXXX-of-00500, eval_intermediate, eval_10k
     tfrecords_packed/      part-XXXXX-of-00500, eval_10k packed (only with --pack)
     manifest.tsv           path, bytes and md5 of every output
-    .state/                the lock, a marker per stage (its key, its outputs), the ledgers
+    .state/                the lock, each stage's markers, the ledgers (`ledger`)
     """
 
     root: Path
@@ -61,7 +61,7 @@ class DatasetLayout:
 
     @property
     def results_md5s(self) -> Path:
-        """The md5s of the --results_text files, with the size and mtime they were hashed at."""
+        """The ledger of the --results_text files' md5s."""
         return self.state_dir / "import_results.md5s"
 
     def extracted_files(self) -> list[Path]:

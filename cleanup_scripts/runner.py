@@ -240,21 +240,23 @@ def peak_rss_mb() -> float:
 
 @dataclass
 class StageSummary:
-    """What a stage did: counts and input bytes, for its one-line summary."""
+    """What a stage did, for its one-line summary: files and records, input bytes, its start
+    (a `time.time()`) and what else it has to say (`note`)."""
 
     stage: str
     files: int
     records: int
     input_bytes: int
     started: float
+    note: str = ""
 
     def line(self) -> str:
-        """The summary line: files, records, MB, seconds, MB/s and peak RSS."""
+        """The summary line: files, records, MB, seconds, MB/s, peak RSS and the note."""
         seconds = max(time.time() - self.started, 1e-9)
         megabytes = self.input_bytes / 1e6
         return (f"{self.stage}: {self.files} files, {self.records} records, "
                 f"{megabytes:.1f} MB in {seconds:.1f} s ({megabytes / seconds:.2f} MB/s), "
-                f"peak RSS {peak_rss_mb():.0f} MB")
+                f"peak RSS {peak_rss_mb():.0f} MB" + (f"; {self.note}" if self.note else ""))
 
 
 def report(summary: StageSummary) -> None:

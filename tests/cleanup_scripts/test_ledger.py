@@ -1,16 +1,14 @@
-"""State files of preprocess: ledgers (torn lines, writers in several processes), stage markers,
-damage."""
+"""State files of preprocess: ledgers, stage markers, damage."""
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 
 import pytest
 
 from cleanup_scripts.fileio import InputError
-from cleanup_scripts.ledger import (LINE_LIMIT, STATE_LIMIT, DamagedState, Entry, OutputLedger,
-                                    read_marker, read_state, write_entries, write_marker)
+from cleanup_scripts.ledger import (STATE_LIMIT, DamagedState, Entry, OutputLedger, read_marker,
+                                    read_state, write_entries, write_marker)
 
 
 def make_ledger(tmp_path) -> OutputLedger:
@@ -22,7 +20,7 @@ def test_an_entry_vouches_for_a_file_while_its_size_and_mtime_are_kept(tmp_path)
     ledger = make_ledger(tmp_path)
     output = tmp_path / "part"
     output.write_bytes(b"abc\n")
-    ledger.record(output)
+    write_entries(ledger.path, {"part": Entry.of(output)})
     entry = ledger.entries()["part"]
     assert entry == Entry.of(output) and entry.vouches_for(output)
     os.utime(output, ns=(0, 0))  # touched: no longer vouched for (a reader hashes it again)
@@ -31,36 +29,23 @@ def test_an_entry_vouches_for_a_file_while_its_size_and_mtime_are_kept(tmp_path)
     assert not entry.vouches_for(output)
 
 
-def test_torn_line_is_ignored_and_a_ledger_is_replaced_whole(tmp_path):
+def test_malformed_lines_are_skipped_and_a_ledger_is_replaced_whole(tmp_path):
     ledger = make_ledger(tmp_path)
-    done = tmp_path / "done"
-    done.write_bytes(b"1")
-    ledger.record(done)
+    write_entries(ledger.path, {"done": Entry(1, 2, "0" * 32)})
     with open(ledger.path, "a") as out:
-        out.write("torn\t1\t123")  # a writer killed mid-line
-    assert set(ledger.entries()) == {"done"}
+        out.write("torn\t1\t123\nbad\tsize\t1\t" + "0" * 32 + "\n")
+    assert ledger.entries() == {"done": Entry(1, 2, "0" * 32)}
     write_entries(ledger.path, {"other": Entry(1, 2, "0" * 32)})
     assert ledger.entries() == {"other": Entry(1, 2, "0" * 32)}
 
 
-def _record(args: tuple[OutputLedger, str]) -> None:
-    ledger, path = args
-    ledger.record(path)
-
-
-def test_workers_in_several_processes_share_one_ledger(tmp_path):
+def test_a_damaged_ledger_vouches_for_nothing(tmp_path, caplog):
     ledger = make_ledger(tmp_path)
-    paths = []
-    for index in range(300):
-        path = tmp_path / f"out-{index:03d}"
-        path.write_bytes(os.urandom(index))
-        paths.append(str(path))
-    with multiprocessing.get_context("fork").Pool(4) as pool:
-        pool.map(_record, [(ledger, path) for path in paths], chunksize=1)
-    assert len(ledger.path.read_text().splitlines()) == 300
-    entries = ledger.entries()
-    assert sorted(entries) == [os.path.basename(p) for p in paths]
-    assert all(entries[os.path.basename(p)] == Entry.of(p) for p in paths)
+    ledger.path.write_bytes(b"\xff\xfe\t4\t1\t" + b"0" * 32 + b"\n")
+    with caplog.at_level(logging.WARNING):
+        assert ledger.entries() == {}
+    assert "damaged state file (not UTF-8 text)" in caplog.text
+    assert OutputLedger(tmp_path / "absent", tmp_path).entries() == {}
 
 
 # ---- stage markers -------------------------------------------------------------------------------
@@ -84,7 +69,8 @@ def test_marker_with_a_malformed_line_counts_as_never_written(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         assert read_marker(marker) is None
     assert [record.getMessage() for record in caplog.records] == [
-        f"{marker}: damaged state file (not a stage record); removed: its stage runs again"]
+        f"{marker}: damaged state file (not a stage record); removed: it counts as never "
+        f"written"]
     assert not marker.exists()
 
 
@@ -101,7 +87,7 @@ def test_damaged_state_file_counts_as_never_written(tmp_path, caplog, content, p
     with caplog.at_level(logging.WARNING):
         assert read_state(state) is None
     assert [record.getMessage() for record in caplog.records] == [
-        f"{state}: damaged state file ({problem}); removed: its stage runs again"]
+        f"{state}: damaged state file ({problem}); removed: it counts as never written"]
     assert not state.exists()
     state.write_bytes(content)
     with pytest.raises(DamagedState, match=f"^{state}: damaged state file \\({problem}\\)$"):
@@ -112,22 +98,8 @@ def test_damaged_state_file_counts_as_never_written(tmp_path, caplog, content, p
 def test_state_file_that_is_no_regular_file_is_named_and_never_opened(tmp_path):
     fifo = tmp_path / "clean"
     os.mkfifo(fifo)  # opening it for reading would wait for a writer for ever
-    with pytest.raises(InputError, match=f"^{fifo}: state file is not a regular file; remove "
-                                         "it and run again$"):
+    with pytest.raises(InputError, match=f"^{fifo}: is a FIFO, not a regular file; not read$"):
         read_state(fifo)
     assert read_state(tmp_path / "absent") is None
     (tmp_path / "key").write_text("5387f27dfc6f1c9dd3d32b5263666ee2")
     assert read_state(tmp_path / "key") == "5387f27dfc6f1c9dd3d32b5263666ee2"
-
-
-def test_ledger_lines_too_long_or_not_utf8_are_skipped(tmp_path):
-    ledger = make_ledger(tmp_path)
-    output = tmp_path / "part"
-    output.write_bytes(b"abc\n")
-    ledger.record(output)
-    with open(ledger.path, "ab") as handle:
-        handle.write(b"x" * (3 * LINE_LIMIT) + b"\t4\t1\t" + b"0" * 32 + b"\n")
-        handle.write(b"\xff\xfe\t4\t1\t" + b"0" * 32 + b"\n")
-    entries = ledger.entries()
-    assert list(entries) == ["part", "\ufffd\ufffd"]
-    assert not entries["\ufffd\ufffd"].vouches_for(tmp_path / "\ufffd\ufffd")
