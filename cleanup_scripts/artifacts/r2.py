@@ -4,7 +4,7 @@ downloader (mlcommons/r2-downloader) filled.
 Each dataset has two metadata files: `<dataset>.uri`, one line, the URL of its folder, and
 `<dataset>.md5`, every file of that folder with its md5. `bert-input-files` holds the inputs
 (one under another name, found by its md5); `bert-preprocessed-wikipedia-dataset` holds
-results/ packed in an archive, with the md5 list of its files. A file takes its name only with
+results/ packed in a .tar.gz, with the md5 list of its files. A file takes its name only with
 the md5 of `checksums/` (or, for a results/ file that lacks one, of the bucket's list).
 """
 from __future__ import annotations
@@ -12,11 +12,10 @@ from __future__ import annotations
 import re
 import tarfile
 import urllib.parse
-import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO, Callable, Iterator, Mapping
+from typing import Callable, Mapping
 
 from benchmark.files import md5_file
 from cleanup_scripts import checksums
@@ -34,8 +33,7 @@ R2_DEFAULT_FOLDERS = {R2_INPUTS: "input_files", R2_PROCESSED: "processed_dataset
 R2_OTHER_NAMES = {"tf1_ckpt/model.ckpt-28252.data-00000-of-00001":
                   ("tf1_ckpt/model.ckpt-28252-003.data-00000-of-00001",)}
 R2_RESULTS_LIST = "bert_reference_results_text_md5.txt"
-R2_RESULTS_ARCHIVES = ("results_text.tar.gz", "results_text.zip")
-R2_RESULTS_UNPACKED = "results4"  # an archive someone already unpacked in the folder
+R2_RESULTS_ARCHIVE = "results_text.tar.gz"  # the bucket has a .zip of the same files too
 # Ceilings for the files of unpublished size: the metadata and the results md5 list (the
 # processed dataset's .md5 lists 502 files in ~40 KB), and the results archive (its 502 text
 # files hold ~13.6 GB; packed, they can only be a little larger).
@@ -96,21 +94,20 @@ class Dataset:
     base_url: str  # the dataset folder's URL
     listing: dict[str, str]  # {path in the folder: md5}
     folder: Path
+    retries: int  # of each fetch (see `transfer.fetch`)
 
     def url(self, path: str) -> str:
         """The URL of file `path` of the dataset."""
         quoted = urllib.parse.quote(path) if self.base_url.startswith("http") else path
         return f"{self.base_url}/{quoted}"
 
-    def fetch_first(self, names: tuple[str, ...], retries: int) -> None:
-        """Fetch the first of `names` the listing has into the folder, md5-checked."""
-        name = next((name for name in names if name in self.listing), None)
-        if name is None:
-            raise InputError(f"{self.uri.removesuffix('.uri')}.md5: lists none of "
-                             f"{', '.join(names)}")
+    def get(self, name: str) -> None:
+        """Fetch file `name` of the dataset into the folder, with the listing's md5."""
+        if name not in self.listing:
+            raise InputError(f"{self.uri.removesuffix('.uri')}.md5: does not list {name}")
         ceiling = R2_METADATA_MAX_BYTES if name == R2_RESULTS_LIST else \
             R2_RESULTS_ARCHIVE_MAX_BYTES
-        fetch(self.url(name), self.folder / name, self.listing[name], retries=retries,
+        fetch(self.url(name), self.folder / name, self.listing[name], retries=self.retries,
               max_size=ceiling)
 
 
@@ -132,7 +129,7 @@ def open_dataset(metadata_url: str, name: str, folder: Path, retries: int) -> Da
     listing = folder / f"{name}.md5"
     fetch(uri.removesuffix(".uri") + ".md5", listing, retries=retries,
           max_size=R2_METADATA_MAX_BYTES)
-    return Dataset(uri, lines[0].rstrip("/"), read_listing(listing), folder)
+    return Dataset(uri, lines[0].rstrip("/"), read_listing(listing), folder, retries)
 
 
 def bucket_path(artifact: checksums.Artifact, listing: Mapping[str, str], where: str) -> str:
@@ -152,13 +149,13 @@ def bucket_path(artifact: checksums.Artifact, listing: Mapping[str, str], where:
 
 
 def fetch_inputs(dataset: Dataset, paths: list[str], known: Mapping[str, checksums.Artifact],
-                 output_dir: Path, retries: int) -> list[Path]:
+                 output_dir: Path) -> list[Path]:
     """Download the input artifacts `paths` from `dataset` into `output_dir`."""
     where = dataset.uri.removesuffix(".uri") + ".md5"
     for path in paths:
         artifact = known[path]
         fetch(dataset.url(bucket_path(artifact, dataset.listing, where)), output_dir / path,
-              artifact.md5, artifact.size, retries=retries)
+              artifact.md5, artifact.size, retries=dataset.retries)
         print(f"ok  {path}")
     return [output_dir / path for path in paths]
 
@@ -236,58 +233,39 @@ def results_expected(list_path: Path, known: Mapping[str, checksums.Artifact]
     return expected
 
 
-def _archive_members(source: Path) -> Iterator[tuple[str, BinaryIO]]:
-    """(path, stream) of each file in a results archive (.tar.gz, .zip) or unpacked folder."""
-    if source.is_dir():
-        for path in sorted(p for p in source.rglob("*") if p.is_file()):
-            with open(path, "rb") as handle:
-                yield path.relative_to(source).as_posix(), handle
-    elif source.name.endswith(".zip"):
-        with zipfile.ZipFile(source) as archive:
-            for info in archive.infolist():
-                if not info.is_dir():
-                    with archive.open(info) as handle:
-                        yield info.filename, handle
-    else:
-        with tarfile.open(source, "r|*") as archive:
-            for member in archive:
-                handle = archive.extractfile(member) if member.isfile() else None
-                if handle is not None:
-                    yield member.name, handle
-
-
-def unpack_results(source: Path, expected: Mapping[str, str], names: list[str],
+def unpack_results(archive: Path, expected: Mapping[str, str], names: list[str],
                    results_dir: Path) -> None:
-    """Write files `names` of results/ from `source` (the archive, or its unpacked folder) into
-    `results_dir`, each with its md5 of `expected` before it takes its name."""
+    """Write files `names` of results/ from the .tar.gz `archive` into `results_dir`, each with
+    its md5 of `expected` before it takes its name."""
     ensure_dir(results_dir)
     todo = set(names)
     try:
-        for member, stream in _archive_members(source):
-            name = _flat_name(member)
-            if name in todo:
-                write_checked(iter(lambda: stream.read(CHUNK_SIZE), b""), results_dir / name,
-                              expected[name], f"unpacked from {source}")
-                todo.discard(name)
-                if not todo:
-                    break
-    except (tarfile.TarError, zipfile.BadZipFile, zlib.error, EOFError, OSError) as err:
-        raise InputError(f"{source}: damaged archive ({' '.join(str(err).split())})") from err
+        with tarfile.open(archive, "r|*") as members:  # a stream: one pass, no index
+            for member in members:
+                name = _flat_name(member.name) if member.isfile() else None
+                if name in todo:
+                    stream = members.extractfile(member)
+                    write_checked(iter(lambda: stream.read(CHUNK_SIZE), b""),
+                                  results_dir / name, expected[name], f"unpacked from {archive}")
+                    todo.discard(name)
+                    if not todo:
+                        break
+    except (tarfile.TarError, zlib.error, EOFError, OSError) as err:
+        raise InputError(f"{archive}: damaged archive ({' '.join(str(err).split())})") from err
     if todo:
-        raise InputError(f"{source}: has no results/{min(todo)} ({len(todo)} of the "
+        raise InputError(f"{archive}: has no results/{min(todo)} ({len(todo)} of the "
                          f"{len(names)} files asked for are missing)")
 
 
 def import_results(folder: Path, listing: Mapping[str, str] | None,
                    known: Mapping[str, checksums.Artifact], wanted: list[str] | None,
-                   results_dir: Path, get: Callable[[tuple[str, ...]], None] | None = None
-                   ) -> list[Path]:
+                   results_dir: Path, get: Callable[[str], None] | None = None) -> list[Path]:
     """Check and unpack the results/ files `wanted` (None: all) from the processed dataset's
-    folder; `get(names)` first brings the first of `names` into it (else it is there already).
+    folder; `get(name)` brings a file of the dataset into it (without, it is there already).
     Returns the files of results/ placed."""
     list_path = folder / R2_RESULTS_LIST
     if get is not None:
-        get((R2_RESULTS_LIST,))
+        get(R2_RESULTS_LIST)
     if not list_path.is_file():
         raise InputError(f"{list_path}: missing (the md5 list of the processed dataset)")
     if listing is not None and R2_RESULTS_LIST in listing:
@@ -300,13 +278,11 @@ def import_results(folder: Path, listing: Mapping[str, str] | None,
     pending = [name for name in names if not verified(results_dir / name, expected[name])]
     if pending:
         if get is not None:
-            get(R2_RESULTS_ARCHIVES)
-        options = [folder / name for name in R2_RESULTS_ARCHIVES] + [folder / R2_RESULTS_UNPACKED]
-        source = next((path for path in options if path.exists()), None)
-        if source is None:
-            raise InputError(f"{folder}: holds neither {' nor '.join(R2_RESULTS_ARCHIVES)} nor "
-                             f"{R2_RESULTS_UNPACKED}/")
-        unpack_results(source, expected, pending, results_dir)
+            get(R2_RESULTS_ARCHIVE)
+        if not (folder / R2_RESULTS_ARCHIVE).is_file():
+            raise InputError(f"{folder / R2_RESULTS_ARCHIVE}: missing (results/ of the processed "
+                             f"dataset)")
+        unpack_results(folder / R2_RESULTS_ARCHIVE, expected, pending, results_dir)
     for name in names:
         print(f"ok  results/{name}")
     return [results_dir / name for name in names]
@@ -320,17 +296,15 @@ def r2_download(request: R2Request, known: Mapping[str, checksums.Artifact], out
     for name in request.datasets():
         if from_dir:
             folder, listing = find_folder(Path(from_dir).expanduser(), name)
-            if name == R2_INPUTS:
-                placed += import_inputs(folder, listing, request.inputs, known, output_dir)
-                continue
             get = None
         else:
             dataset = open_dataset(metadata_url, name, output_dir / R2_STAGING / name, retries)
-            if name == R2_INPUTS:
-                placed += fetch_inputs(dataset, request.inputs, known, output_dir, retries)
-                continue
-            folder, listing = dataset.folder, dataset.listing
-            get = lambda names: dataset.fetch_first(names, retries)  # noqa: E731
-        placed += import_results(folder, listing, known, request.results,
-                                 output_dir / "results", get)
+            folder, listing, get = dataset.folder, dataset.listing, dataset.get
+        if name == R2_PROCESSED:
+            placed += import_results(folder, listing, known, request.results,
+                                     output_dir / "results", get)
+        elif from_dir:
+            placed += import_inputs(folder, listing, request.inputs, known, output_dir)
+        else:
+            placed += fetch_inputs(dataset, request.inputs, known, output_dir)
     return placed

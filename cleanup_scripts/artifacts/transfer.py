@@ -216,18 +216,21 @@ def _open_source(url: str, offset: int, session: requests.Session
                start + int(length) if length.isdigit() else None)
 
 
-class _Oversized(Exception):
-    """The source announces (`announced`) or sends more bytes than the file may have."""
+def _oversized(dest: Path, url: str, size: int | None, limit: int, announced: int | None
+               ) -> InputError:
+    """The error for a source that announces (`announced`) or sends more than `limit` bytes;
+    the `.partial` file is removed."""
+    partial_name(dest).unlink(missing_ok=True)
+    sent = f"announces {announced:,} bytes" if announced is not None else "sent more bytes"
+    what = "the official file has" if size is not None else "the most expected of it is"
+    return InputError(f"{dest}: {printable(url)} {sent}, {what} {limit:,}; stopped, nothing kept")
 
-    def __init__(self, announced: int | None = None) -> None:
-        super().__init__(announced)
-        self.announced = announced
 
-
-def _append(url: str, session: requests.Session, partial: Path, size: int | None,
+def _append(url: str, session: requests.Session, dest: Path, size: int | None,
             limit: int | None, deadline: Deadline) -> None:
-    """One attempt: append the rest of `url` to `partial` (restarting it when the source sends
-    from byte 0), never past `limit` bytes; Retryable when the source stops short."""
+    """One attempt: append the rest of `url` to `dest`'s `.partial` (restarted when the source
+    sends from byte 0), never past `limit` bytes; Retryable when the source stops short."""
+    partial = partial_name(dest)
     offset = partial.stat().st_size if partial.exists() else 0
     if size is not None and offset >= size:
         if offset == size:
@@ -235,7 +238,7 @@ def _append(url: str, session: requests.Session, partial: Path, size: int | None
         offset = 0
     with _open_source(url, offset, session) as (chunks, start, total):
         if total is not None and limit is not None and total > limit:
-            raise _Oversized(total)
+            raise _oversized(dest, url, size, limit, total)
         deadline.total = deadline.total or total
         total = total if total is not None else size
         with open(partial, "ab") as out, tqdm(
@@ -251,7 +254,7 @@ def _append(url: str, session: requests.Session, partial: Path, size: int | None
                 if not chunk:
                     break
                 if limit is not None and written + len(chunk) > limit:
-                    raise _Oversized()
+                    raise _oversized(dest, url, size, limit, None)
                 out.write(chunk)
                 written += len(chunk)
                 deadline.received += len(chunk)
@@ -270,15 +273,7 @@ def _download(url: str, dest: Path, size: int | None, limit: int | None, retries
     with Deadline(size) as deadline, _session(deadline) as session:
         for attempt in range(retries + 1):
             try:
-                return _append(url, session, partial, size, limit, deadline)
-            except _Oversized as err:
-                with contextlib.suppress(FileNotFoundError):
-                    partial.unlink()
-                what = "the official file has" if size is not None else "the most expected of it is"
-                sent = (f"announces {err.announced:,} bytes" if err.announced is not None
-                        else "sent more bytes")
-                raise InputError(f"{dest}: {printable(url)} {sent}, {what} {limit:,}; stopped, "
-                                 f"nothing kept") from err
+                return _append(url, session, dest, size, limit, deadline)
             except Retryable as err:
                 if deadline.passed():
                     have = partial.stat().st_size if partial.exists() else 0

@@ -1,23 +1,10 @@
-"""Upload a prepared dataset to a Google Cloud Storage bucket, in parallel, md5-verified.
+"""Upload a prepared dataset to a Google Cloud Storage bucket, in parallel, md5-checked.
 
     python -m cleanup_scripts.upload --bucket=gs://BUCKET/PREFIX [--source_dir=build/dataset]
         [--nworker=8] [--chunk_mb=16]          (or: make upload BUCKET=gs://BUCKET/PREFIX)
 
-Sends the files of `SOURCE_DIR/manifest.tsv` and then, last and only when every one of them
-succeeded, the manifest itself (a `make preprocess` output; the bucket's manifest is the commit
-record, so an interrupted upload leaves none), or every non-hidden file when there is no
-manifest, to `gs://BUCKET/PREFIX/<path>`.
-Nothing is sent when the URL breaks the bucket naming rules, a path leads outside SOURCE_DIR
-(absolute, `..`, a symlink out of it), or a listed file no longer has the manifest's md5
-(`.state/` ledgers vouch for files whose size and mtime are unchanged; others are hashed).
-Each object carries the file's md5 (the manifest's, else computed) in its metadata, so the
-bucket refuses other bytes, and the md5 the bucket then reports is compared again: a mismatch
-ends the run with a one-line error naming the object. Objects already in the bucket with the
-right md5 are skipped, so a re-run after an interruption redoes only the files that were in
-flight. Credentials: Google's default ones, or none with STORAGE_EMULATOR_HOST (see
-`cleanup_scripts/artifacts/storage.py`).
-
-Prints one line of what was done and the summary: files, MB sent, seconds, MB/s.
+What is sent, and in which order, is `storage.upload_tree`'s. Prints one line of what was done
+and the summary: files, MB sent, seconds, MB/s.
 """
 from __future__ import annotations
 

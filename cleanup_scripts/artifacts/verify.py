@@ -1,17 +1,11 @@
-"""Check a directory's files against the benchmark's official md5s and sizes.
+"""Check a directory's files, or a bucket copy's, against the official md5s and sizes.
 
     python -m cleanup_scripts.verify DIR        (or: make verify DIR=...)
     python -m cleanup_scripts.verify gs://BUCKET/PREFIX
 
-Every known artifact (see `checksums/`) is looked for under DIR, in our layout
-(`DIR/bert_config.json`, `DIR/tf1_ckpt/…`, `DIR/results/…`, `DIR/text/FE/…`,
-`DIR/tfrecords/…`) and in the reference's (`wiki/`, `cleanup_scripts/text/`, `results4/`, …),
-and reported as `ok`, `differs` or `missing`. When an `eval.md5` is present, the number of its
-hashes found in the official list of 10,000 eval articles is reported too. Exit status 0 when
-nothing differs, 1 otherwise. A `gs://` argument checks a bucket copy the same way, from the
-objects' size and md5 metadata, without downloading them (`verify_bucket`).
-
-The checks themselves are in `verify_dir` (a directory) and `verify_bucket` (a bucket).
+Every known artifact is reported `ok`, `differs` or `missing` (`verify_dir`, `verify_bucket`),
+with the number of official eval-article hashes in an `eval.md5`. Exit status 1 when anything
+differs.
 """
 from __future__ import annotations
 

@@ -2,14 +2,14 @@
 
 Every known artifact (see `checksums/`) is looked for under the directory in our layout and in
 the reference's (`checksums.candidate_paths`) and found `ok`, `differs` or `missing`
-(`Finding`); `verify_bucket` makes the same findings for a bucket copy. The command line is
-`cleanup_scripts.artifacts.verify`.
+(`Finding`, made by `judge`, which `verify_bucket` uses for a bucket copy too).
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 from pathlib import Path, PurePath
+from typing import Callable
 
 from benchmark.files import InputError, md5_file
 from cleanup_scripts import checksums
@@ -26,25 +26,34 @@ class Finding:
     size: int | None = None  # bytes of what was found
 
 
+def judge(artifact: checksums.Artifact, found: PurePath, size: int,
+          md5: Callable[[], str | None], no_md5: str = "") -> Finding:
+    """The finding for `artifact` found at `found` with `size` bytes: its size is compared,
+    then (only when it matches and an official md5 exists) the md5 `md5()` gives; a None md5
+    differs, with `no_md5` as the detail."""
+    if artifact.size is not None and size != artifact.size:
+        return Finding(artifact, "differs", found, f"{size} bytes, expected {artifact.size}", size)
+    if artifact.md5 is None:
+        return Finding(artifact, "ok", found, "size only: no official md5", size)
+    actual = md5()
+    if actual != artifact.md5:
+        detail = f"md5 {actual}, expected {artifact.md5}" if actual else no_md5
+        return Finding(artifact, "differs", found, detail, size)
+    return Finding(artifact, "ok", found, size=size)
+
+
 def check_artifact(root: Path, artifact: checksums.Artifact) -> Finding:
     """Look for `artifact` under `root` and compare its size, then its md5."""
     found = checksums.locate(root, artifact.path)
     if found is None:
         return Finding(artifact, "missing")
-    size = found.stat().st_size
-    if artifact.size is not None and size != artifact.size:
-        return Finding(artifact, "differs", found,
-                       f"{size} bytes, expected {artifact.size}", size)
-    if artifact.md5 is None:
-        return Finding(artifact, "ok", found, "size only: no official md5", size)
-    try:
-        actual = md5_file(found)
-    except OSError as err:
-        raise InputError(f"{found}: cannot read ({err.strerror})") from err
-    if actual != artifact.md5:
-        return Finding(artifact, "differs", found, f"md5 {actual}, expected {artifact.md5}",
-                       size)
-    return Finding(artifact, "ok", found, size=size)
+
+    def md5() -> str:
+        try:
+            return md5_file(found)
+        except OSError as err:
+            raise InputError(f"{found}: cannot read ({err.strerror})") from err
+    return judge(artifact, found, found.stat().st_size, md5)
 
 
 def check_directory(root: str | os.PathLike) -> list[Finding]:
