@@ -101,10 +101,14 @@ class Dataset:
         quoted = urllib.parse.quote(path) if self.base_url.startswith("http") else path
         return f"{self.base_url}/{quoted}"
 
-    def get(self, name: str) -> None:
+    def list_url(self) -> str:
+        """The URL of the dataset's `.md5` list (beside its `.uri`)."""
+        return self.uri.removesuffix(".uri") + ".md5"
+
+    def fetch_file(self, name: str) -> None:
         """Fetch file `name` of the dataset into the folder, with the listing's md5."""
         if name not in self.listing:
-            raise InputError(f"{self.uri.removesuffix('.uri')}.md5: does not list {name}")
+            raise InputError(f"{self.list_url()}: does not list {name}")
         ceiling = R2_METADATA_MAX_BYTES if name == R2_RESULTS_LIST else \
             R2_RESULTS_ARCHIVE_MAX_BYTES
         fetch(self.url(name), self.folder / name, self.listing[name], retries=self.retries,
@@ -151,10 +155,10 @@ def bucket_path(artifact: checksums.Artifact, listing: Mapping[str, str], where:
 def fetch_inputs(dataset: Dataset, paths: list[str], known: Mapping[str, checksums.Artifact],
                  output_dir: Path) -> list[Path]:
     """Download the input artifacts `paths` from `dataset` into `output_dir`."""
-    where = dataset.uri.removesuffix(".uri") + ".md5"
     for path in paths:
         artifact = known[path]
-        fetch(dataset.url(bucket_path(artifact, dataset.listing, where)), output_dir / path,
+        remote = bucket_path(artifact, dataset.listing, dataset.list_url())
+        fetch(dataset.url(remote), output_dir / path,
               artifact.md5, artifact.size, retries=dataset.retries)
         print(f"ok  {path}")
     return [output_dir / path for path in paths]
@@ -259,13 +263,14 @@ def unpack_results(archive: Path, expected: Mapping[str, str], names: list[str],
 
 def import_results(folder: Path, listing: Mapping[str, str] | None,
                    known: Mapping[str, checksums.Artifact], wanted: list[str] | None,
-                   results_dir: Path, get: Callable[[str], None] | None = None) -> list[Path]:
+                   results_dir: Path, fetch_file: Callable[[str], None] | None = None
+                   ) -> list[Path]:
     """Check and unpack the results/ files `wanted` (None: all) from the processed dataset's
-    folder; `get(name)` brings a file of the dataset into it (without, it is there already).
+    folder; `fetch_file(name)` brings a file of the dataset there (without, it is there).
     Returns the files of results/ placed."""
     list_path = folder / R2_RESULTS_LIST
-    if get is not None:
-        get(R2_RESULTS_LIST)
+    if fetch_file is not None:
+        fetch_file(R2_RESULTS_LIST)
     if not list_path.is_file():
         raise InputError(f"{list_path}: missing (the md5 list of the processed dataset)")
     if listing is not None and R2_RESULTS_LIST in listing:
@@ -277,8 +282,8 @@ def import_results(folder: Path, listing: Mapping[str, str] | None,
             raise InputError(f"results/{name}: not in the bucket's list {list_path}")
     pending = [name for name in names if not verified(results_dir / name, expected[name])]
     if pending:
-        if get is not None:
-            get(R2_RESULTS_ARCHIVE)
+        if fetch_file is not None:
+            fetch_file(R2_RESULTS_ARCHIVE)
         if not (folder / R2_RESULTS_ARCHIVE).is_file():
             raise InputError(f"{folder / R2_RESULTS_ARCHIVE}: missing (results/ of the processed "
                              f"dataset)")
@@ -296,13 +301,13 @@ def r2_download(request: R2Request, known: Mapping[str, checksums.Artifact], out
     for name in request.datasets():
         if from_dir:
             folder, listing = find_folder(Path(from_dir).expanduser(), name)
-            get = None
+            fetch_file = None
         else:
             dataset = open_dataset(metadata_url, name, output_dir / R2_STAGING / name, retries)
-            folder, listing, get = dataset.folder, dataset.listing, dataset.get
+            folder, listing, fetch_file = dataset.folder, dataset.listing, dataset.fetch_file
         if name == R2_PROCESSED:
             placed += import_results(folder, listing, known, request.results,
-                                     output_dir / "results", get)
+                                     output_dir / "results", fetch_file)
         elif from_dir:
             placed += import_inputs(folder, listing, request.inputs, known, output_dir)
         else:

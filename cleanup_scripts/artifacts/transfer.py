@@ -88,7 +88,8 @@ class Deadline:
         """How the limit is made, for the error line."""
         rate = (f"{self.min_rate / (1 << 10):g} KiB" if self.min_rate < 1 << 20
                 else f"{self.min_rate / (1 << 20):g} MiB")
-        return f"deadline {self.limit_s():.0f} s: {self.floor_s:g} s plus 1 s per {rate} of the file"
+        return (f"deadline {self.limit_s():.0f} s: {self.floor_s:g} s plus 1 s per {rate} of "
+                f"the file")
 
     def watch(self, sock: socket.socket) -> socket.socket:
         """Register a socket of the download (shut at once if the deadline has passed)."""
