@@ -130,10 +130,9 @@ def _total_words(paths: list[str], known: Mapping[str, checksums.Artifact]) -> s
 def _group_sizes() -> str:
     """Each artifact group with its download size, for the help text."""
     known = checksums.known_artifacts()
-    return "; ".join(f"{group}: " + ("the official results/ folder, 500 parts and the eval set, "
-                                     "size not published" if group == "results"
-                                     else _total_words(paths, known))
-                     for group, paths in artifact_groups(known).items())
+    sizes = {group: _total_words(paths, known) for group, paths in artifact_groups(known).items()}
+    sizes["results"] = "the official results/ folder, 500 parts and the eval set, size unknown"
+    return "; ".join(f"{group}: {words}" for group, words in sizes.items())
 
 
 def _plan(paths: list[str], results: bool, known: Mapping[str, checksums.Artifact]) -> str:
@@ -147,6 +146,7 @@ def _plan(paths: list[str], results: bool, known: Mapping[str, checksums.Artifac
 
 
 def _parser() -> argparse.ArgumentParser:
+    """The command line's flags."""
     parser = argparse.ArgumentParser(
         prog="python -m cleanup_scripts.download",
         description="Download the MLPerf BERT inputs and verify their official md5s.")

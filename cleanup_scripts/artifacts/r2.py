@@ -34,9 +34,9 @@ R2_OTHER_NAMES = {"tf1_ckpt/model.ckpt-28252.data-00000-of-00001":
                   ("tf1_ckpt/model.ckpt-28252-003.data-00000-of-00001",)}
 R2_RESULTS_LIST = "bert_reference_results_text_md5.txt"
 R2_RESULTS_ARCHIVE = "results_text.tar.gz"  # the bucket has a .zip of the same files too
-# Ceilings for the files of unpublished size: the metadata and the results md5 list (the
-# processed dataset's .md5 lists 502 files in ~40 KB), and the results archive (its 502 text
-# files hold ~13.6 GB; packed, they can only be a little larger).
+# Ceilings for the files of unpublished size: the metadata and the results md5 list (502 files
+# in ~40 KB), and the results archive (its 502 text files hold ~13.6 GB; packed, they can only
+# be a little larger).
 R2_METADATA_MAX_BYTES = 1 << 20
 R2_RESULTS_ARCHIVE_MAX_BYTES = 16 << 30
 R2_DOWNLOADER = "mlc-r2-downloader.sh"

@@ -54,8 +54,8 @@ MANIFEST_MAX_BYTES = 64 << 20  # a bucket's manifest.tsv is read into memory: th
 OBJECT_NAME_MAX_BYTES = 1024
 _IP_ADDRESS = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3}){3}")
 _GOOGLE = re.compile(r"g[o0][o0]gle")
-_API_ERRORS = (api_exceptions.GoogleAPIError, requests.RequestException, InvalidResponse,
-               DataCorruption)
+_API_ERRORS = (api_exceptions.GoogleAPIError, auth_exceptions.GoogleAuthError,
+               requests.RequestException, InvalidResponse, DataCorruption)
 
 
 @dataclass(frozen=True)
@@ -169,9 +169,9 @@ def _api_error(where: str, err: Exception) -> InputError:
     cause = err.cause if retried else err
     where = printable(where)
     if isinstance(cause, (requests.ConnectionError, requests.Timeout)):
+        after = f" (retried for {RETRY_TIMEOUT_S:g} s)" if retried else ""
         return InputError(f"{where}: cannot reach the storage endpoint {printable(endpoint())}: "
-                          f"{problem(cause)}" + (f" (retried for {RETRY_TIMEOUT_S:g} s)"
-                                                 if retried else ""))
+                          f"{problem(cause)}{after}")
     if isinstance(cause, api_exceptions.NotFound):
         return InputError(f"{where}: not found (no such bucket or object)")
     return InputError(f"{where}: {type(cause).__name__}: {problem(cause)[:300]}")

@@ -118,15 +118,14 @@ class Deadline:
 
 
 class _WatchedAdapter(HTTPAdapter):
-    """An HTTPAdapter that hands every new socket to `deadline.watch`, before any TLS handshake
-    or request is sent on it."""
+    """An HTTPAdapter that hands every new socket, direct or to a proxy, to `deadline.watch`
+    before any TLS handshake or request is sent on it."""
 
     def __init__(self, deadline: Deadline) -> None:
         self.deadline = deadline
         super().__init__()
 
-    def init_poolmanager(self, *args, **kwargs) -> None:
-        super().init_poolmanager(*args, **kwargs)
+    def _watched(self, manager):
         watch = self.deadline.watch
 
         def watched(pool: type) -> type:
@@ -134,8 +133,16 @@ class _WatchedAdapter(HTTPAdapter):
                 def _new_conn(self):
                     return watch(super()._new_conn())
             return type(pool.__name__, (pool,), {"ConnectionCls": Connection})
-        self.poolmanager.pool_classes_by_scheme = {"http": watched(HTTPConnectionPool),
-                                                   "https": watched(HTTPSConnectionPool)}
+        manager.pool_classes_by_scheme = {"http": watched(HTTPConnectionPool),
+                                          "https": watched(HTTPSConnectionPool)}
+        return manager
+
+    def init_poolmanager(self, *args, **kwargs) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self._watched(self.poolmanager)
+
+    def proxy_manager_for(self, proxy, **kwargs):
+        return self._watched(super().proxy_manager_for(proxy, **kwargs))
 
 
 def _refuse_login(response: requests.Response, **kwargs) -> None:
