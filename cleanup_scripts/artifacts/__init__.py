@@ -19,12 +19,7 @@ from benchmark.files import md5_file
 from cleanup_scripts.fileio import InputError, atomic_output, disk_full, ensure_dir, temporary_name
 
 
-class Retryable(Exception):
-    """A transient failure of one request (connection error, HTTP 5xx or 429, a transfer cut
-    short): the caller waits and tries again, resuming where it stopped."""
-
-
-def causes(err: BaseException) -> Iterator[BaseException]:
+def _causes(err: BaseException) -> Iterator[BaseException]:
     """`err` and every exception under it: causes, contexts, urllib3's `reason`, a RetryError's
     `cause`, exceptions passed as arguments."""
     seen, stack = set(), [err]
@@ -40,7 +35,7 @@ def causes(err: BaseException) -> Iterator[BaseException]:
 def problem(err: BaseException) -> str:
     """What went wrong, in one escaped line: the system's words ("[Errno 111] Connection
     refused") when an OS error lies under `err`, else `err`'s own message."""
-    found = next((c for c in causes(err) if isinstance(c, OSError) and c.errno is not None),
+    found = next((c for c in _causes(err) if isinstance(c, OSError) and c.errno is not None),
                  err)
     plain = found.args[0] if found.args and isinstance(found.args[0], str) else None
     text = str(found) if isinstance(found, OSError) or plain is None else plain

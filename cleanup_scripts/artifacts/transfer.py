@@ -27,7 +27,7 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from benchmark.errors import printable
 from benchmark.files import md5_file
-from cleanup_scripts.artifacts import Retryable, partial_name, problem, resume_hint, verified
+from cleanup_scripts.artifacts import partial_name, problem, resume_hint, verified
 from cleanup_scripts.fileio import InputError, ensure_dir
 
 CHUNK_SIZE = 1 << 20
@@ -43,6 +43,11 @@ _READ_ERRORS = (requests.RequestException, urllib3_exceptions.HTTPError, OSError
                 http.client.HTTPException)
 
 
+class Retryable(Exception):
+    """A transient failure of one request (connection error, HTTP 5xx or 429, a transfer cut
+    short): the caller waits and tries again, resuming where it stopped."""
+
+
 class LoginRequired(InputError):
     """The source answered with a redirect to a Cloudflare Access login instead of the file."""
 
@@ -54,17 +59,15 @@ def _shut(sock: socket.socket) -> None:
 
 
 class Deadline:
-    """One file's time limit, every attempt and wait included: `floor_s` plus one second per
-    `min_rate` bytes of the file (`total`; while that is unknown, of the bytes `received`).
+    """One file's time limit, every attempt and wait included: DEADLINE_FLOOR_S plus one second
+    per MIN_RATE bytes of the file (`total`; while that is unknown, of the bytes `received`).
 
     As a context manager, a watchdog thread shuts every socket given to `watch` once the limit
     passes, so no connect, header or body read outlasts it, however a server drips or stalls.
     """
 
-    def __init__(self, total: int | None = None, floor_s: float | None = None,
-                 min_rate: float | None = None) -> None:
-        self.floor_s = DEADLINE_FLOOR_S if floor_s is None else floor_s
-        self.min_rate = MIN_RATE if min_rate is None else min_rate
+    def __init__(self, total: int | None = None) -> None:
+        self.floor_s, self.min_rate = DEADLINE_FLOOR_S, MIN_RATE
         self.total, self.received = total, 0
         self.started = time.monotonic()
         self.expired = False

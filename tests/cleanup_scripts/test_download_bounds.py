@@ -231,11 +231,12 @@ def test_an_endless_metadata_file_is_stopped(server, tmp_path, capsys, monkeypat
                                       f"stopped, nothing kept")
 
 
-def test_the_deadline_wakes_a_blocked_read():
+def test_the_deadline_wakes_a_blocked_read(monkeypatch):
     """The watchdog shuts a watched socket at the deadline: a read blocked on a silent peer
     returns at once."""
+    monkeypatch.setattr(transfer, "DEADLINE_FLOOR_S", 0.3)
     left, right = socket.socketpair()
-    with left, right, transfer.Deadline(0, floor_s=0.3, min_rate=1) as deadline:
+    with left, right, transfer.Deadline(0) as deadline:
         deadline.watch(left)
         started = time.monotonic()
         assert left.recv(10) == b""
