@@ -153,12 +153,12 @@ def _mirror_jobs(layout: DatasetLayout, source: str | None, target: str) -> list
 
 def run_clean(layout: DatasetLayout, options: Options) -> StageSummary:
     jobs = [(source, target, "") for source, target in _mirror_jobs(layout, None, "cleaned")]
-    return process_wiki.clean("clean", _todo(jobs), options.nworker)
+    return run_jobs("clean", process_wiki.clean_job, _todo(jobs), options.nworker)
 
 
 def run_segment(layout: DatasetLayout, options: Options) -> StageSummary:
     jobs = _todo(_mirror_jobs(layout, "cleaned", "sentences"))
-    return process_wiki.segment("segment", jobs, options.nworker)
+    return run_jobs("segment", process_wiki.segment_job, jobs, options.nworker)
 
 
 def run_separate(layout: DatasetLayout, options: Options) -> StageSummary:

@@ -27,9 +27,10 @@ from cleanup_scripts.sentence_splitter import get_splitter
 from cleanup_scripts.seperate_test_set import separate_files
 
 
-def _clean_one(job: tuple[str, str, str]) -> int:
-    """(extracted, cleaned, stripped): write cleaned (cleanup_file then clean, in memory), and
-    the cleanup_file output too when `stripped` is not empty. Returns the cleaned lines."""
+def clean_job(job: tuple[str, str, str]) -> int:
+    """cleanup_file then clean.sh, in memory, for an (extracted, cleaned, stripped) job: writes
+    the cleaned file, and the cleanup_file output too when `stripped` is not empty. Returns the
+    cleaned lines."""
     source, target, stripped_path = job
     stripped = stripped_bytes(source)
     if stripped_path:
@@ -38,18 +39,9 @@ def _clean_one(job: tuple[str, str, str]) -> int:
     return write_cleaned(stripped, target)
 
 
-def _segment_one(job: tuple[str, str]) -> int:
+def segment_job(job: tuple[str, str]) -> int:
+    """Punkt sentence segmentation of a (cleaned, sentences) job; returns the sentences."""
     return segment_file(*job)
-
-
-def clean(stage: str, jobs: list[tuple[str, str, str]], nworker: int) -> StageSummary:
-    """cleanup_file + clean.sh for each (extracted, cleaned, stripped or "") job."""
-    return run_jobs(stage, _clean_one, jobs, nworker)
-
-
-def segment(stage: str, jobs: list[tuple[str, str]], nworker: int) -> StageSummary:
-    """Punkt sentence segmentation for each (cleaned, sentences) job."""
-    return run_jobs(stage, _segment_one, jobs, nworker)
 
 
 def separate(stage: str, pairs: list[tuple[str, str]], num_test_articles: int, seed: int,
@@ -80,9 +72,10 @@ def process_wiki(pattern: str, results_dir: str, num_test_articles: int, seed: i
     inputs = expand_inputs(pattern)
     get_splitter()  # check the Punkt model before any work; the workers inherit it
     with shared_workers(nworker):
-        report(clean("cleanup_file+clean", [(f, f + ".2", f + ".1") for f in inputs], nworker))
-        report(segment("do_sentence_segmentation", [(f + ".2", f + ".3") for f in inputs],
-                       nworker))
+        report(run_jobs("cleanup_file+clean", clean_job, [(f, f + ".2", f + ".1") for f in inputs],
+                        nworker))
+        report(run_jobs("do_sentence_segmentation", segment_job,
+                        [(f + ".2", f + ".3") for f in inputs], nworker))
         report(separate("seperate_test_set", [(f + ".3", f + ".4") for f in inputs],
                         num_test_articles, seed, results_dir, nworker))
         report(gather_parts("do_gather", [GatherSource(f, f + ".4") for f in inputs],

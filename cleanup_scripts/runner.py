@@ -1,11 +1,6 @@
-"""Running a stage over many files: worker pools, progress bars, summary lines.
-
-What a stage shows on the console: one progress bar while it runs (`StageProgress`: items done
-of their total, bytes with MB/s where the stage knows them, an ETA), on stderr and only when
-stderr is a terminal, cleared when the stage ends; then its one summary line (`report`).
-Nothing per item: while a stage's bar is open, `map_in_workers` advances it instead of
-drawing its own, and the bars inside a stage's work (`inner_bar_disabled`) stay hidden, in
-this process and in the worker processes forked from it.
+"""Running a stage over many files: worker pools (`map_in_workers`, `shared_workers`), the
+stage's one progress bar (`StageProgress`, only on a terminal, hiding every bar inside the
+stage's work) and its one summary line (`StageSummary`, `report`).
 """
 from __future__ import annotations
 
@@ -34,33 +29,28 @@ def worker_count(requested: int) -> int:
 
 
 class _SharedPool:
-    """The pool that `shared_workers` keeps open, with its size and start method (None when
-    there is none)."""
+    """The pool `shared_workers` keeps open (None when there is none), and the (size, start
+    method) it was started with."""
 
     pool: multiprocessing.pool.Pool | None = None
-    size = 0
-    start_method = ""
+    kind: tuple[int, str] = (0, "")
 
 
 @contextlib.contextmanager
 def shared_workers(nworker: int, start_method: str = "fork") -> Iterator[None]:
     """Within the block, `map_in_workers` calls asking for `nworker` workers (0: all cores) and
-    `start_method` use one pool of that many processes, started here, instead of starting a
-    pool each.
-
-    State that the block's work needs in every worker (a loaded model) is best set up before
-    (fork), or is loaded once per worker (spawn).
-    """
+    `start_method` use one pool of that many processes, started here: state the work needs in
+    every worker (a loaded model) is set up once, before (fork) or per worker (spawn)."""
     size = worker_count(nworker)
     if size == 1 or _SharedPool.pool is not None:
         yield
         return
     with multiprocessing.get_context(start_method).Pool(size) as pool:
-        _SharedPool.pool, _SharedPool.size, _SharedPool.start_method = pool, size, start_method
+        _SharedPool.pool, _SharedPool.kind = pool, (size, start_method)
         try:
             yield
         finally:
-            _SharedPool.pool, _SharedPool.size, _SharedPool.start_method = None, 0, ""
+            _SharedPool.pool, _SharedPool.kind = None, (0, "")
 
 
 class StageProgress:
@@ -68,28 +58,29 @@ class StageProgress:
     cleared when the stage ends (its summary line follows).
 
     `items`: how many `unit` (files, parts, records) the stage works through; None when it is
-    not known up front (then each `map_in_workers` call inside adds its items to the total).
-    `nbytes`: the input bytes the stage reads, when known: the bar then counts bytes, with
-    MB/s and an ETA from them, and the items done go before it ("clean 3/5 files"); without
-    it the bar counts items. Open as a context manager: while it is open it is the stage's
-    bar (`active`), and bars inside the stage's work stay hidden.
+    not known up front (each `map_in_workers` call inside then adds its items). `nbytes`: the
+    input bytes it reads, when known: the bar then counts bytes (MB/s, ETA) after the items
+    done ("clean 3/5 files"); else it counts items. While it is open (a context manager) it
+    is the `active` bar of the process `pid`, which forked workers inherit: bars inside the
+    stage's work stay hidden (`inner_bar_disabled`).
     """
+
+    active: StageProgress | None = None
+    pid = 0
 
     def __init__(self, stage: str, items: int | None, nbytes: int | None = None,
                  unit: str = "files") -> None:
         self.stage, self.items, self.nbytes, self.unit = stage, items, nbytes, unit
         self.done = 0
         self.discover = items is None
-        self.bar: tqdm | None = None
 
-    def __enter__(self) -> "StageProgress":
+    def __enter__(self) -> StageProgress:
         by_bytes = self.nbytes is not None
         self.bar = tqdm(total=self.nbytes if by_bytes else self.items, desc=self._desc(),
                         unit="B" if by_bytes else f" {self.unit}", unit_scale=by_bytes,
                         unit_divisor=1000, leave=False, disable=None, file=sys.stderr,
                         dynamic_ncols=True, mininterval=0.5)
-        _ActiveBar.stack.append(self)
-        _ActiveBar.pid = os.getpid()
+        StageProgress.active, StageProgress.pid = self, os.getpid()
         self._handlers = list(logging.getLogger().handlers)
         for handler in self._handlers:  # a warning clears the bar first, not mixed into it
             handler.addFilter(self._clear_for_log)
@@ -98,14 +89,13 @@ class StageProgress:
     def __exit__(self, *exc_info) -> None:
         for handler in self._handlers:
             handler.removeFilter(self._clear_for_log)
-        _ActiveBar.stack.remove(self)
-        if self.bar is not None:
-            self.bar.close()
+        StageProgress.active = None
+        self.bar.close()
 
     def _clear_for_log(self, record: logging.LogRecord) -> bool:
         """A logging filter that lets every record through, clearing the bar's line first
         (it is drawn again at its next update)."""
-        if self.bar is not None and not self.bar.disable and os.getpid() == _ActiveBar.pid:
+        if not self.bar.disable and os.getpid() == StageProgress.pid:
             self.bar.clear()
         return True
 
@@ -117,18 +107,12 @@ class StageProgress:
 
     def expect(self, items: int) -> None:
         """Add `items` to a total that was not known up front (a no-op when it was)."""
-        if not self.discover:
-            return
-        self.items = (self.items or 0) + items
-        if self.bar is not None and self.nbytes is None:
-            self.bar.total = self.items
-            self.bar.refresh()
+        if self.discover:
+            self.items = (self.items or 0) + items
 
     def advance(self, items: int = 1, nbytes: int | None = None) -> None:
         """`items` more done, having read `nbytes` (None: the average item's share)."""
         self.done += items
-        if self.bar is None:
-            return
         if self.nbytes is None:
             self.bar.update(items)
             return
@@ -138,67 +122,55 @@ class StageProgress:
         self.bar.update(nbytes)
 
 
-class _ActiveBar:
-    """The open `StageProgress` bars of the process `pid` (the last is the stage's); a forked
-    worker inherits them, which tells it that a stage's bar is shown by its parent."""
-
-    stack: list[StageProgress] = []
-    pid = 0
-
-
 def active_stage_bar() -> StageProgress | None:
     """The stage bar this process has open, if any (never one a parent process opened)."""
-    if _ActiveBar.stack and _ActiveBar.pid == os.getpid():
-        return _ActiveBar.stack[-1]
-    return None
+    return StageProgress.active if StageProgress.pid == os.getpid() else None
 
 
 def inner_bar_disabled() -> bool | None:
     """tqdm's `disable` for a bar inside a stage's work: True (hidden) while a stage's bar is
     open, here or in the process that forked this one; else None (shown on a terminal)."""
-    return True if _ActiveBar.stack else None
+    return True if StageProgress.active is not None else None
 
 
 def map_in_workers(function: Callable[[Item], Result], items: Sequence[Item], nworker: int,
                    desc: str, start_method: str = "fork",
                    sizes: Sequence[int] | None = None) -> list[Result]:
-    """Apply `function` to each item in up to `nworker` processes, in order, with progress.
+    """`function` (picklable: a module-level function) applied to each item in up to `nworker`
+    processes (0: all cores); the results in item order.
 
-    `function` must be picklable (a module-level function). Returns results in item order.
-    Inside `shared_workers(nworker, start_method)` the shared pool does the work. start_method
-    "spawn" starts fresh interpreters instead of forking this one: for work that imports
-    TensorFlow, whose threads do not survive a fork of a process that has imported it.
-    Progress: the open stage bar (`StageProgress`) advances by one item and its entry of
-    `sizes` (the bytes each item reads) per item done; without one, a bar of its own, `desc`,
-    counts the items.
+    Inside `shared_workers(nworker, start_method)` its pool does the work. start_method "spawn"
+    starts fresh interpreters: for work that imports TensorFlow, whose threads do not survive
+    a fork. Progress: the open stage bar advances by one item and its entry of `sizes` (bytes
+    read) per item done; without one, a bar of its own, `desc`, counts the items.
     """
     wanted = worker_count(nworker)
     nworker = min(wanted, max(1, len(items)))
     stage_bar = active_stage_bar()
-    if stage_bar is not None:
+    own = None if stage_bar else tqdm(total=len(items), desc=desc, unit="file", leave=False,
+                                      disable=inner_bar_disabled(), file=sys.stderr)
+    if stage_bar:
         stage_bar.expect(len(items))
-        own = None
-        advance = stage_bar.advance
-    else:
-        own = tqdm(total=len(items), desc=desc, unit="file", disable=inner_bar_disabled(),
-                   leave=False, file=sys.stderr)
-        advance = lambda items, nbytes: own.update(items)  # noqa: E731
     sizes = list(sizes) if sizes is not None else [None] * len(items)
-    try:
-        if nworker == 1:
-            results = []
-            for item, size in zip(items, sizes):
-                results.append(function(item))
-                advance(1, size)
-            return results
-        if _SharedPool.pool is not None and _SharedPool.size == wanted and \
-                _SharedPool.start_method == start_method:
-            return _collect(_SharedPool.pool, function, items, sizes, advance)
-        with multiprocessing.get_context(start_method).Pool(nworker) as pool:
-            return _collect(pool, function, items, sizes, advance)
-    finally:
+    with contextlib.ExitStack() as stack:
         if own is not None:
-            own.close()
+            stack.callback(own.close)
+        if nworker == 1:
+            done = ((function(item), 0) for item in items)
+        elif _SharedPool.pool is not None and _SharedPool.kind == (wanted, start_method):
+            done = _SharedPool.pool.imap(_WithPeak(function), items)
+        else:
+            pool = stack.enter_context(multiprocessing.get_context(start_method).Pool(nworker))
+            done = pool.imap(_WithPeak(function), items)
+        results = []
+        for (result, peak_kib), size in zip(done, sizes):
+            results.append(result)
+            _WorkerPeak.kib = max(_WorkerPeak.kib, peak_kib)
+            if stage_bar:
+                stage_bar.advance(1, size)
+            else:
+                own.update(1)
+        return results
 
 
 class _WorkerPeak:
@@ -216,18 +188,6 @@ class _WithPeak:
     def __call__(self, item):
         result = self.function(item)
         return result, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-
-
-def _collect(pool: multiprocessing.pool.Pool, function: Callable[[Item], Result],
-             items: Sequence[Item], sizes: list[int | None],
-             advance: Callable[[int, int | None], None]) -> list[Result]:
-    """`function` over `items` in `pool`, results in item order, `advance(1, size)` per item."""
-    results = []
-    for (result, peak_kib), size in zip(pool.imap(_WithPeak(function), items), sizes):
-        results.append(result)
-        _WorkerPeak.kib = max(_WorkerPeak.kib, peak_kib)
-        advance(1, size)
-    return results
 
 
 def peak_rss_mb() -> float:
