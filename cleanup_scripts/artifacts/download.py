@@ -22,7 +22,6 @@ from tqdm import tqdm
 from benchmark.errors import exit_on_user_error
 from benchmark.files import size_words
 from cleanup_scripts import checksums
-from cleanup_scripts.artifacts import partial_name  # noqa: F401 - preprocess names it here
 from cleanup_scripts.artifacts import r2, verified, write_checked
 from cleanup_scripts.artifacts.transfer import CHUNK_SIZE, fetch
 from cleanup_scripts.fileio import InputError, ensure_dir

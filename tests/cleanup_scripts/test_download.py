@@ -1,4 +1,4 @@
-"""download: fetching from a local HTTP server, resuming, md5 rejection, bz2 decompression."""
+"""download and transfer.fetch: a local HTTP server, resuming, md5 rejection, bz2 decompression."""
 import bz2
 import hashlib
 import http.server
@@ -12,7 +12,7 @@ import pytest
 from benchmark.errors import exit_on_user_error
 import cleanup_scripts
 from cleanup_scripts import checksums
-from cleanup_scripts.artifacts import download
+from cleanup_scripts.artifacts import download, partial_name, transfer
 from cleanup_scripts.fileio import InputError
 from tests.cleanup_scripts.range_server import loopback, send_ranged
 
@@ -83,25 +83,25 @@ def test_downloads_from_base_url_and_verifies(server, tmp_path, capsys):
 
 def test_resumes_a_partial_file_with_a_range_request(server, tmp_path):
     dest = tmp_path / "vocab.txt"
-    download.partial_name(dest).write_bytes(VOCAB[:100_000])
-    download.fetch(f"{server.url}/vocab.txt", dest, checksums.known_artifacts()["vocab.txt"].md5)
+    partial_name(dest).write_bytes(VOCAB[:100_000])
+    transfer.fetch(f"{server.url}/vocab.txt", dest, checksums.known_artifacts()["vocab.txt"].md5)
     assert server.requests == [("/vocab.txt", "bytes=100000-")]
     assert dest.read_bytes() == VOCAB
-    assert not download.partial_name(dest).exists()
+    assert not partial_name(dest).exists()
 
 
 def test_restarts_when_the_server_ignores_range(server, tmp_path):
     server.ignore_range = True
     dest = tmp_path / "vocab.txt"
-    download.partial_name(dest).write_bytes(b"x" * 5000)  # not even the right bytes
-    download.fetch(f"{server.url}/vocab.txt", dest, hashlib.md5(VOCAB).hexdigest())
+    partial_name(dest).write_bytes(b"x" * 5000)  # not even the right bytes
+    transfer.fetch(f"{server.url}/vocab.txt", dest, hashlib.md5(VOCAB).hexdigest())
     assert dest.read_bytes() == VOCAB
 
 
 def test_interrupted_transfer_is_retried_and_resumed(server, tmp_path):
     server.cut_next_response_at = 50_000
     dest = tmp_path / "vocab.txt"
-    download.fetch(f"{server.url}/vocab.txt", dest, hashlib.md5(VOCAB).hexdigest(),
+    transfer.fetch(f"{server.url}/vocab.txt", dest, hashlib.md5(VOCAB).hexdigest(),
                    len(VOCAB), retries=2, retry_wait_s=0)
     assert server.requests == [("/vocab.txt", None), ("/vocab.txt", "bytes=50000-")]
     assert dest.read_bytes() == VOCAB

@@ -13,7 +13,8 @@ import time
 import pytest
 
 import cleanup_scripts
-from cleanup_scripts.artifacts import download, r2, transfer
+from cleanup_scripts.artifacts import partial_name, r2, transfer
+from cleanup_scripts.fileio import InputError
 from tests.cleanup_scripts.range_server import loopback, send_ranged
 from tests.cleanup_scripts.test_download import run_cli
 
@@ -136,7 +137,7 @@ def test_a_dripping_server_meets_the_deadline(server, short_deadline, tmp_path, 
     assert not (tmp_path / "vocab.txt").exists()
     if path == "/drip-headers":  # no byte of the file came
         assert "resume" not in line and list(tmp_path.iterdir()) == []
-    elif download.partial_name(tmp_path / "vocab.txt").exists():
+    elif partial_name(tmp_path / "vocab.txt").exists():
         assert line.endswith("; run again to resume from vocab.txt.partial")
 
 
@@ -170,9 +171,9 @@ def test_an_announced_size_beyond_the_official_one_writes_nothing(server, tmp_pa
 
 
 def test_a_file_of_unknown_size_is_bounded_by_its_ceiling(server, tmp_path):
-    with pytest.raises(download.InputError, match=r"endless sent more bytes, the most expected "
+    with pytest.raises(InputError, match=r"endless sent more bytes, the most expected "
                                                   r"of it is 100,000; stopped, nothing kept"):
-        download.fetch(server.url + "/endless", tmp_path / "list.txt", max_size=100_000)
+        transfer.fetch(server.url + "/endless", tmp_path / "list.txt", max_size=100_000)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -214,7 +215,7 @@ def test_a_failed_name_lookup_advises_resuming_only_from_a_partial_file(no_such_
         f"known)")
     assert list(tmp_path.iterdir()) == []
 
-    download.partial_name(dest).write_bytes(VOCAB[:1000])
+    partial_name(dest).write_bytes(VOCAB[:1000])
     assert run_cli(vocab_from(no_such_host, tmp_path, "--retries=0")) == 1
     assert one_error_line(capsys).endswith("known); run again to resume from vocab.txt.partial")
 

@@ -27,7 +27,7 @@ import zipfile
 
 import pytest
 
-from cleanup_scripts.artifacts import download, r2
+from cleanup_scripts.artifacts import partial_name, r2
 from tests.cleanup_scripts.range_server import loopback, send_ranged
 from tests.cleanup_scripts.test_download import run_cli
 
@@ -414,7 +414,7 @@ def test_an_interrupted_download_resumes_with_a_range_request(bucket, replica, t
     assert run_cli(args) == 1
     assert "run again to resume" in error_line(capsys)
     assert not (out / DUMP).exists()
-    assert download.partial_name(out / DUMP).stat().st_size == cut
+    assert partial_name(out / DUMP).stat().st_size == cut
     bucket.requests.clear()
     assert run_cli(args) == 0
     assert bucket.requests[-1] == (url_path, f"bytes={cut}-")
