@@ -1,93 +1,134 @@
-"""Preflight: the checks of a run's files before TensorFlow trains anything.
+"""Preflight: the checks of a run's files before TensorFlow trains anything, and what they
+found (`CheckedInputs`: the BERT config, the training and eval records).
 
-`preflight` reads the BERT config, checks that a training and an eval step can fit in this
-machine's memory (`check_memory`), expands --input_file / --eval_file and checks their records
-(the first record of every training file, every eval record evaluated), and probes
---init_checkpoint; it returns the options with what those files hold. `prepare_output_dir`
-proves --output_dir writable, `peek_progress` reads the counters and run settings of a
-checkpoint to resume from, and `locate_bad_record` finds the record that made a run fail.
+Also the output folder's write check (`prepare_output_dir`) and, after reading the data failed
+mid-run, the scan that names the bad record (`locate_bad_record`).
 """
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 import uuid
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from absl import logging
 
 from benchmark import constants
-from benchmark.errors import one_line
 from reference.error_text import writing
 from reference.run_flags import UsageError, require
 from reference.run_options import RunOptions
+
+if TYPE_CHECKING:  # TensorFlow-importing modules are imported where used (fast --help)
+    from cleanup_scripts.pretraining_features import RecordLayout
+    from reference.bert_config import BertConfig
+    from reference.input_pipeline import IdRanges, PackedCount
 
 # Bytes a record takes once parsed: every value an int32 (or float32) of 4 bytes.
 VALUE_BYTES = 4
 
 
-def preflight(options: RunOptions) -> RunOptions:
-    """Check the files that `options` name; returns the options with the files expanded, the
-    eval records counted and the BERT config read.
+@dataclass(frozen=True)
+class TrainRecords:
+    """The training files, expanded in order, and what their records hold."""
+    files: tuple[str, ...]
+    layout: RecordLayout  # packed or not, the shapes
+    sequences_per_row: float  # packed: the mean over the first rows; else 1.0
+
+
+@dataclass(frozen=True)
+class EvalRecords:
+    """The eval files, expanded in order, and how much of them is evaluated."""
+    files: tuple[str, ...]
+    layout: RecordLayout
+    sequences: int  # sequences evaluated: at most eval batch size x max eval steps
+    packed_count: PackedCount | None  # packed: the rows that hold those sequences
+
+    @property
+    def rows(self) -> int:
+        """The records (rows) read to evaluate `sequences`."""
+        return self.packed_count.rows if self.packed_count else self.sequences
+
+
+@dataclass(frozen=True)
+class CheckedInputs:
+    """What preflight found in the files that a run's options name."""
+    bert_config: BertConfig  # --bert_config_file, read (the dropout override not applied)
+    id_ranges: IdRanges  # the table sizes that token and type ids index
+    train: TrainRecords | None  # None without --do_train
+    eval: EvalRecords | None  # None when nothing is evaluated
+    noncompliant: tuple[str, ...]  # reasons in the files that the run is not closed-division
+
+    @property
+    def packed(self) -> bool:
+        """Whether the training records are packed rows."""
+        return self.train is not None and self.train.layout.packed
+
+
+def preflight(options: RunOptions) -> CheckedInputs:
+    """Check the files that `options` name: read the BERT config, check that a step fits in
+    this machine's memory (`check_memory`), expand --input_file / --eval_file and check their
+    records (the first record of every training file, every eval record evaluated), and probe
+    --init_checkpoint.
 
     Raises UsageError, InputError, ConfigError or CheckpointError with a one-line message.
     """
-    from reference import checkpoint as ckpt
     from reference import input_pipeline
     from reference.bert_config import load_bert_config
 
     o = options
-    config = load_bert_config(o.bert_config_file)
-    require(2 <= o.max_seq_length <= config.max_position_embeddings,
-            f"--max_seq_length={o.max_seq_length} must be in [2, max_position_embeddings="
-            f"{config.max_position_embeddings}] of {o.bert_config_file}")
-    require(1 <= o.max_predictions_per_seq <= o.max_seq_length,
-            f"--max_predictions_per_seq={o.max_predictions_per_seq} must be in [1, "
-            f"--max_seq_length]")
+    config = load_bert_config(o.model.bert_config_file)
+    seq, predictions = o.data.max_seq_length, o.data.max_predictions_per_seq
+    require(2 <= seq <= config.max_position_embeddings,
+            f"--max_seq_length={seq} must be in [2, max_position_embeddings="
+            f"{config.max_position_embeddings}] of {o.model.bert_config_file}")
+    require(1 <= predictions <= seq,
+            f"--max_predictions_per_seq={predictions} must be in [1, --max_seq_length]")
     check_memory(o, config, host_memory_bytes(), runs_on_cpu(o))
 
     id_ranges = input_pipeline.IdRanges(config.vocab_size, config.type_vocab_size)
-    noncompliant = list(o.noncompliant)
-    input_files: list[str] = []
-    eval_files: list[str] = []
-    train_layout = eval_layout = eval_count = None
-    sequences_per_row = 1.0
-    if o.do_train:
-        input_files = input_pipeline.expand_patterns(o.input_file, "--input_file")
-        train_layout = input_pipeline.detect_layout(input_files, o.max_seq_length,
-                                                    o.max_predictions_per_seq, "--input_file")
-        input_pipeline.check_first_records(input_files, train_layout, "--input_file", id_ranges)
-        if train_layout.packed:
-            sequences_per_row = input_pipeline.mean_sequences_per_row(input_files, train_layout)
-            logging.info("--input_file: %s, %.3f sequences per row", train_layout.describe(),
-                         sequences_per_row)
-    if o.eval_file:
-        eval_files = input_pipeline.expand_patterns(o.eval_file, o.eval_flag)
-    eval_records = 0
-    if eval_files:
-        eval_layout, eval_records, eval_count = _check_eval_files(o, eval_files, id_ranges)
-        if o.do_train and eval_records != constants.EVAL_SAMPLES:
-            if eval_layout.packed and o.submission_division == "closed":
-                raise UsageError(f"{o.eval_flag}: the packed eval files hold {eval_records:,} "
-                                 f"sequences evaluated; a closed-division run evaluates the "
-                                 f"{constants.EVAL_SAMPLES:,} of eval_10k (pack eval_10k alone)")
-            # First, where options_from_flags' reasons come after it.
-            noncompliant.insert(0, f"the eval covers {eval_records:,} records, not the "
-                                f"benchmark's {constants.EVAL_SAMPLES:,}")
+    train = _check_train_files(o, id_ranges) if o.do_train else None
+    eval_files = input_pipeline.expand_patterns(o.eval.patterns, o.eval.flag) \
+        if o.eval.patterns else []
+    evaluated = _check_eval_files(o, eval_files, id_ranges) if eval_files else None
+    noncompliant = ()
+    if evaluated and o.do_train and evaluated.sequences != constants.EVAL_SAMPLES:
+        if evaluated.layout.packed and o.submission.division == "closed":
+            raise UsageError(f"{o.eval.flag}: the packed eval files hold "
+                             f"{evaluated.sequences:,} sequences evaluated; a closed-division "
+                             f"run evaluates the {constants.EVAL_SAMPLES:,} of eval_10k (pack "
+                             "eval_10k alone)")
+        noncompliant = (f"the eval covers {evaluated.sequences:,} records, not the benchmark's "
+                        f"{constants.EVAL_SAMPLES:,}",)
+    if o.model.init_checkpoint:
+        _check_init_checkpoint(o)
+    return CheckedInputs(config, id_ranges, train, evaluated, noncompliant)
 
-    if o.init_checkpoint:
-        try:
-            ckpt.checkpoint_format(o.init_checkpoint)
-        except ckpt.CheckpointError:
-            # --nodo_train may evaluate one of our own checkpoints (read when evaluating).
-            if o.do_train or not _checkpoint_exists(o.init_checkpoint):
-                raise
-    return dataclasses.replace(o, input_files=input_files, eval_files=eval_files,
-                               eval_records=eval_records, bert_config=config,
-                               id_ranges=id_ranges, noncompliant=noncompliant,
-                               train_layout=train_layout, eval_layout=eval_layout,
-                               sequences_per_row=sequences_per_row, eval_count=eval_count)
+
+def _check_train_files(o: RunOptions, id_ranges: IdRanges) -> TrainRecords:
+    """The training files, their layout (from the records) and the first record of each
+    checked; packed rows: the mean sequences per row."""
+    from reference import input_pipeline
+    files = input_pipeline.expand_patterns(o.data.patterns, "--input_file")
+    layout = input_pipeline.detect_layout(files, o.data.max_seq_length,
+                                          o.data.max_predictions_per_seq, "--input_file")
+    input_pipeline.check_first_records(files, layout, "--input_file", id_ranges)
+    sequences_per_row = 1.0
+    if layout.packed:
+        sequences_per_row = input_pipeline.mean_sequences_per_row(files, layout)
+        logging.info("--input_file: %s, %.3f sequences per row", layout.describe(),
+                     sequences_per_row)
+    return TrainRecords(tuple(files), layout, sequences_per_row)
+
+
+def _check_init_checkpoint(o: RunOptions) -> None:
+    """CheckpointError unless --init_checkpoint is an official checkpoint (or, evaluating
+    only, any checkpoint, which is read when evaluated)."""
+    from reference import checkpoint as ckpt
+    try:
+        ckpt.checkpoint_format(o.model.init_checkpoint)
+    except ckpt.CheckpointError:
+        if o.do_train or not _checkpoint_exists(o.model.init_checkpoint):
+            raise
 
 
 def host_memory_bytes() -> int:
@@ -108,7 +149,7 @@ def host_memory_bytes() -> int:
 def runs_on_cpu(o: RunOptions) -> bool:
     """Whether the model runs on this machine's CPU (no TPU, no GPU that TensorFlow sees), so
     that its activations and weights take this machine's memory too."""
-    if o.strategy.use_tpu:
+    if o.distribution.strategy.use_tpu:
         return False
     import tensorflow as tf
     return not tf.config.list_physical_devices("GPU")
@@ -131,13 +172,13 @@ def _activations_per_record(o: RunOptions, config, training: bool) -> int:
     (heads x S x S); with --recompute_layers only each layer's input, and one layer's full set
     while it is recomputed. An eval step holds a layer's input and its larger intermediate.
     """
-    seq, h = o.max_seq_length, config.hidden_size
+    seq, h = o.data.max_seq_length, config.hidden_size
     one_layer = seq * config.intermediate_size + config.num_attention_heads * seq * seq
     if not training:
         return seq * h + max(seq * config.intermediate_size,
                              config.num_attention_heads * seq * seq)
     layers = config.num_hidden_layers
-    if o.recompute_layers:
+    if o.compute.recompute_layers:
         return (layers + 1) * seq * h + one_layer
     return (layers + 1) * seq * h + layers * one_layer
 
@@ -151,11 +192,12 @@ def check_memory(o: RunOptions, config, available: int, on_cpu: bool) -> None:
     absurd batch (or a huge config) fails here, in one line, rather than after run_start as a
     TensorFlow shape or allocation error (which would take the machine's memory first).
     """
-    record = (3 * o.max_seq_length + 3 * o.max_predictions_per_seq + 1) * VALUE_BYTES
-    activation_bytes = 2 if o.mixed_precision != "none" else 4
-    steps = [("train_batch_size", "a micro-step", o.train_batch_size, True, 4)] \
+    seq = o.data.max_seq_length
+    record = (3 * seq + 3 * o.data.max_predictions_per_seq + 1) * VALUE_BYTES
+    activation_bytes = 2 if o.compute.mixed_precision != "none" else 4
+    steps = [("train_batch_size", "a micro-step", o.data.train_batch_size, True, 4)] \
         if o.do_train else []
-    steps.append(("eval_batch_size", "an eval step", o.eval_batch_size, False, 1))
+    steps.append(("eval_batch_size", "an eval step", o.eval.batch_size, False, 1))
     for flag, what, batch, training, copies in steps:
         per_record = record + (activation_bytes * _activations_per_record(o, config, training)
                                if on_cpu else 0)
@@ -165,38 +207,39 @@ def check_memory(o: RunOptions, config, available: int, on_cpu: bool) -> None:
             continue
         model = f"the {config.num_hidden_layers}-layer, hidden-{config.hidden_size} model"
         if fixed >= available:
-            raise UsageError(f"--bert_config_file={o.bert_config_file}: the weights of {model} "
-                             f"need at least {fixed / 1e9:.1f} GB of memory on the CPU, more "
-                             f"than the {available / 1e9:.1f} GB this machine has")
+            raise UsageError(f"--bert_config_file={o.model.bert_config_file}: the weights of "
+                             f"{model} need at least {fixed / 1e9:.1f} GB of memory on the "
+                             f"CPU, more than the {available / 1e9:.1f} GB this machine has")
         held = f"the records, and the activations and weights of {model} on the CPU" \
             if on_cpu else "its records, which the input pipeline holds in this machine's memory"
-        raise UsageError(f"--{flag}={batch}: {what} of {batch:,} records of {o.max_seq_length} "
+        raise UsageError(f"--{flag}={batch}: {what} of {batch:,} records of {seq} "
                          f"tokens needs at least {need / 1e9:.1f} GB of memory ({held}), more "
                          f"than the {available / 1e9:.1f} GB this machine has; at most "
                          f"{(available - fixed) // per_record:,} records fit")
 
 
-def _check_eval_files(o: RunOptions, eval_files: list[str], id_ranges):
+def _check_eval_files(o: RunOptions, files: list[str], id_ranges: IdRanges) -> EvalRecords:
     """The eval files' layout, the sequences evaluated (at most eval_batch_size x
     max_eval_steps, the first ones in file order) and, packed, the rows that hold them; every
     record read is checked now, so that a damaged eval set fails before training."""
     from reference import input_pipeline
-    layout = input_pipeline.detect_layout(eval_files, o.max_seq_length,
-                                          o.max_predictions_per_seq, o.eval_flag)
-    input_pipeline.check_first_records(eval_files, layout, o.eval_flag)
-    wanted = o.eval_batch_size * o.max_eval_steps
+    flag = o.eval.flag
+    layout = input_pipeline.detect_layout(files, o.data.max_seq_length,
+                                          o.data.max_predictions_per_seq, flag)
+    input_pipeline.check_first_records(files, layout, flag)
+    wanted = o.eval.batch_size * o.eval.max_steps
     count = None
     rows = wanted
     if layout.packed:
-        count = input_pipeline.count_packed(eval_files, layout, limit=wanted, flag=o.eval_flag)
+        count = input_pipeline.count_packed(files, layout, limit=wanted, flag=flag)
         rows = count.rows
-    checked = input_pipeline.check_all_records(eval_files, layout, o.eval_flag, limit=rows,
+    checked = input_pipeline.check_all_records(files, layout, flag, limit=rows,
                                                id_ranges=id_ranges)
     sequences = count.sequences if count else checked
     if sequences < wanted:
         logging.info("eval files hold %d sequences (< eval_batch_size * max_eval_steps = %d): "
                      "all of them are evaluated once", sequences, wanted)
-    return layout, sequences, count
+    return EvalRecords(tuple(files), layout, sequences, count)
 
 
 def _checkpoint_exists(path: str) -> bool:
@@ -218,58 +261,24 @@ def prepare_output_dir(output_dir: str) -> None:
         tf.io.gfile.remove(probe)
 
 
-@dataclass(frozen=True)
-class Progress:
-    """The counters of a training checkpoint: micro-steps, samples, whether an eval reached
-    the target, and the settings of the run that wrote it (`run_settings`; None in a
-    checkpoint without them)."""
-    step: int
-    samples: int
-    reached: bool
-    settings: dict | None
-
-
-def peek_progress(path: str) -> Progress:
-    """The counters and run settings stored in the training checkpoint at prefix `path` (an
-    absent counter reads 0). Raises UsageError if the settings do not read back."""
-    import tensorflow as tf
-    reader = tf.train.load_checkpoint(path)
-    names = reader.get_variable_to_shape_map()
-
-    def tensor(name):
-        key = f"{name}/.ATTRIBUTES/VARIABLE_VALUE"
-        return reader.get_tensor(key) if key in names else None
-
-    settings = tensor("run_settings") or None  # a trainer that never set them saved ""
-    if settings is not None:
-        try:
-            settings = json.loads(settings)
-            if not isinstance(settings, dict):
-                raise ValueError(f"a JSON {type(settings).__name__}, not an object")
-        except ValueError as err:
-            raise UsageError(f"--output_dir: {path}: its run settings do not read back "
-                             f"({one_line(err)}); use a new --output_dir") from err
-    return Progress(int(tensor("global_step") or 0), int(tensor("trained_samples") or 0),
-                    bool(tensor("target_reached")), settings)
-
-
-def locate_bad_record(options: RunOptions) -> str | None:
+def locate_bad_record(options: RunOptions, inputs: CheckedInputs) -> str | None:
     """After reading the data failed mid-run: where and why, or None if every record is fine
     (framing, shapes and id ranges).
 
-    Scans the records evaluated (named by options.eval_flag) and then every training record, in
+    Scans the records evaluated (named by options.eval.flag) and then every training record, in
     file order; returns "<flag>: <file>: record <index>: <problem>" for the first bad one.
     """
     from reference import input_pipeline
-    eval_rows = options.eval_count.rows if options.eval_count else options.eval_records
-    for flag, files, layout, limit in (
-            (options.eval_flag, options.eval_files, options.eval_layout, eval_rows),
-            ("--input_file", options.input_files, options.train_layout, None)):
-        if not files:
-            continue
+    scans = []
+    if inputs.eval:
+        scans.append((options.eval.flag, inputs.eval, inputs.eval.rows))
+    if inputs.train:
+        scans.append(("--input_file", inputs.train, None))
+    for flag, records, limit in scans:
         logging.warning("reading the data failed: checking every record of %s (%d files)",
-                        flag, len(files))
-        bad = input_pipeline.find_bad_record(files, layout, limit, options.id_ranges)
+                        flag, len(records.files))
+        bad = input_pipeline.find_bad_record(list(records.files), records.layout, limit,
+                                             inputs.id_ranges)
         if bad:
             return f"{flag}: {bad}"
     return None

@@ -1,12 +1,12 @@
-"""The command line of `python -m reference.run_pretraining`: the flag schema, the checks of
-each flag on its own (ranges, multiples), and --preset.
+"""The command line of `python -m reference.run_pretraining`: the flag schema (`FLAG_TABLE`),
+the flags' values with --preset's filled in (`read_flags`) and the range checks of each value.
 
-Reading the flags into a run's options is reference/run_options.py; checking the files they name
-is reference/preflight.py. TensorFlow-free, so that `--help` and flag errors are fast.
+TensorFlow-free, so that `--help` and flag errors are fast.
 """
 from __future__ import annotations
 
 import math
+from typing import Any, Mapping
 
 from absl import flags, logging
 
@@ -73,7 +73,7 @@ FLAG_TABLE = (
     ("float", "lamb_beta_1", OPT.beta_1, "LAMB beta_1."),
     ("float", "lamb_beta_2", OPT.beta_2, "LAMB beta_2."),
     ("float", "log_epsilon", OPT.log_epsilon, "LAMB epsilon is 10 ** log_epsilon."),
-    ("bool", "clip_by_global_norm_after_gradient_allreduce", False, "Clip the averaged "
+    ("bool", "clip_by_global_norm_after_gradient_allreduce", OPT.clip_after_allreduce, "Clip the averaged "
      "gradient once instead of each replica's micro-batch gradient (the MLCommons "
      "reference's default)."),
     # The MLPerf run.
@@ -137,89 +137,93 @@ class UsageError(UserError, ValueError):
 
 
 def require(condition: bool, message: str) -> None:
+    """Raise UsageError(message) unless `condition` holds."""
     if not condition:
         raise UsageError(message)
 
 
-def multiple(flag: str, value: int, n: int) -> None:
+def _multiple(flag: str, value: int, n: int) -> None:
     require(value % n == 0, f"--{flag}={value} is not a multiple of --steps_per_update={n}; "
             "with accumulation give the step counts of batch bs*n scaled up n times")
 
 
-def check_ranges(f: flags.FlagValues) -> None:
-    """Check every numeric flag against its allowed range (not those that need the BERT config).
+def read_flags(flag_values: flags.FlagValues = FLAGS) -> dict[str, Any]:
+    """The value of every flag of FLAG_TABLE: given on the command line, else --preset's (the
+    preset's placeholders filled in), else its default. `flag_values` is left as parsed.
+
+    Raises PresetError for an unknown or malformed preset, or one that names an unknown flag.
+    """
+    from reference import presets
+    values = {name: flag_values[name].value for _, name, *_ in FLAG_TABLE}
+    name = values["preset"]
+    if not name:
+        return values
+    applied = []
+    for flag, value in presets.resolve(name, values["data_dir"], values["packed"]).items():
+        if flag not in values:
+            raise presets.PresetError(f"--preset={name}: unknown flag {flag!r}")
+        if not flag_values[flag].present:
+            values[flag] = value
+            applied.append(flag)
+    logging.info("preset %s: %d flags (the training data: %s)", name, len(applied),
+                 values["input_file"])
+    logging.debug("preset %s: %s", name, ", ".join(f"--{flag}={values[flag]}"
+                                                   for flag in applied))
+    return values
+
+
+def check_ranges(v: Mapping[str, Any]) -> None:
+    """Check every numeric flag value of `v` (flag name -> value, as `read_flags` gives them)
+    against its allowed range; those that need the BERT config are preflight's.
 
     Raises UsageError naming the flag, its value and the range, e.g. "--learning_rate=0.0 must
     be > 0".
     """
     for kind, name, *_ in FLAG_TABLE:
-        if kind == "float" and f[name].value is not None:
-            require(math.isfinite(f[name].value), f"--{name}={f[name].value} must be a finite "
-                    "number")
-    n = f.steps_per_update
+        if kind == "float" and v[name] is not None:
+            require(math.isfinite(v[name]), f"--{name}={v[name]} must be a finite number")
+    n = v["steps_per_update"]
     require(n >= 1, f"--steps_per_update={n} must be at least 1")
     for name in ("train_batch_size", "eval_batch_size", "max_eval_steps", "num_train_steps",
                  "iterations_per_loop", "save_checkpoints_steps", "num_tpu_cores"):
-        require(f[name].value >= 1, f"--{name}={f[name].value} must be at least 1")
-    require(f.progress_seconds > 0, f"--progress_seconds={f.progress_seconds} must be > 0")
+        require(v[name] >= 1, f"--{name}={v[name]} must be at least 1")
+    require(v["progress_seconds"] > 0, f"--progress_seconds={v['progress_seconds']} must be > 0")
     for name, what in (("train_batch_size", "micro-step"), ("eval_batch_size", "eval step")):
-        require(f[name].value <= MAX_BATCH_SIZE, f"--{name}={f[name].value} must be at most "
+        require(v[name] <= MAX_BATCH_SIZE, f"--{name}={v[name]} must be at most "
                 f"{MAX_BATCH_SIZE} (records per {what}, all replicas together)")
     for name in ("max_seq_length", "max_predictions_per_seq"):
-        require(f[name].value <= MAX_SEQ_LENGTH,
-                f"--{name}={f[name].value} must be at most {MAX_SEQ_LENGTH}")
-    require(0 <= f.num_warmup_steps <= f.num_train_steps,
-            f"--num_warmup_steps={f.num_warmup_steps} must be in [0, --num_train_steps="
-            f"{f.num_train_steps}]")
-    if f.num_warmup_steps:
-        require(f.start_warmup_step <= 0,
-                f"--start_warmup_step={f.start_warmup_step} must be <= 0 (a later start gives "
-                "negative learning rates before it)")
+        require(v[name] <= MAX_SEQ_LENGTH, f"--{name}={v[name]} must be at most {MAX_SEQ_LENGTH}")
+    warmup, steps = v["num_warmup_steps"], v["num_train_steps"]
+    require(0 <= warmup <= steps,
+            f"--num_warmup_steps={warmup} must be in [0, --num_train_steps={steps}]")
+    if warmup:
+        require(v["start_warmup_step"] <= 0,
+                f"--start_warmup_step={v['start_warmup_step']} must be <= 0 (a later start "
+                "gives negative learning rates before it)")
     for name in ("keep_checkpoint_max", "eval_frequency_samples", "num_gpus", "cpu_devices",
                  "masked_lm_block_rows"):
-        require(f[name].value >= 0, f"--{name}={f[name].value} must be >= 0")
-    if f.stop_steps is not None:
-        require(f.stop_steps >= 1, f"--stop_steps={f.stop_steps} must be at least 1")
+        require(v[name] >= 0, f"--{name}={v[name]} must be >= 0")
+    stop = v["stop_steps"]
+    if stop is not None:
+        require(stop >= 1, f"--stop_steps={stop} must be at least 1")
     for name in ("num_train_steps", "num_warmup_steps", "start_warmup_step",
                  "save_checkpoints_steps"):
-        multiple(name, f[name].value, n)
-    if f.stop_steps is not None:
-        multiple("stop_steps", f.stop_steps, n)
-    if f.seed is not None:
-        require(0 <= f.seed <= MAX_SEED, f"--seed={f.seed} must be in [0, {MAX_SEED}]")
-    require(f.learning_rate > 0, f"--learning_rate={f.learning_rate} must be > 0")
-    require(f.poly_power > 0, f"--poly_power={f.poly_power} must be > 0")
+        _multiple(name, v[name], n)
+    if stop is not None:
+        _multiple("stop_steps", stop, n)
+    if v["seed"] is not None:
+        require(0 <= v["seed"] <= MAX_SEED, f"--seed={v['seed']} must be in [0, {MAX_SEED}]")
+    for name in ("learning_rate", "poly_power"):
+        require(v[name] > 0, f"--{name}={v[name]} must be > 0")
     for name in ("lamb_beta_1", "lamb_beta_2"):
-        require(0 < f[name].value < 1, f"--{name}={f[name].value} must be in (0, 1)")
-    require(f.lamb_weight_decay_rate >= 0,
-            f"--lamb_weight_decay_rate={f.lamb_weight_decay_rate} must be >= 0")
-    require(MIN_LOG_EPSILON <= f.log_epsilon <= 0,
-            f"--log_epsilon={f.log_epsilon} must be in [{MIN_LOG_EPSILON}, 0] (epsilon "
+        require(0 < v[name] < 1, f"--{name}={v[name]} must be in (0, 1)")
+    require(v["lamb_weight_decay_rate"] >= 0,
+            f"--lamb_weight_decay_rate={v['lamb_weight_decay_rate']} must be >= 0")
+    require(MIN_LOG_EPSILON <= v["log_epsilon"] <= 0,
+            f"--log_epsilon={v['log_epsilon']} must be in [{MIN_LOG_EPSILON}, 0] (epsilon "
             "10 ** log_epsilon in [1e-30, 1])")
-    require(0 < f.target_mlm_accuracy <= 1,
-            f"--target_mlm_accuracy={f.target_mlm_accuracy} must be in (0, 1]")
-    if f.dropout_override is not None:
-        require(0 <= f.dropout_override < 1,
-                f"--dropout_override={f.dropout_override} must be in [0, 1)")
-
-
-def apply_preset(flag_values: flags.FlagValues = FLAGS) -> list[str]:
-    """Fill flags not given on the command line from --preset; returns the names set."""
-    from reference import presets
-    if not flag_values.preset:
-        return []
-    values = presets.resolve(flag_values.preset, flag_values.data_dir, flag_values.packed)
-    applied = []
-    for name, value in values.items():
-        if name not in flag_values:
-            raise presets.PresetError(f"--preset={flag_values.preset}: unknown flag {name!r}")
-        if flag_values[name].present:
-            continue
-        flag_values[name].value = value
-        applied.append(name)
-    logging.info("preset %s: %d flags (the training data: %s)", flag_values.preset,
-                 len(applied), flag_values.input_file)
-    logging.debug("preset %s: %s", flag_values.preset,
-                  ", ".join(f"--{name}={flag_values[name].value}" for name in applied))
-    return applied
-
+    require(0 < v["target_mlm_accuracy"] <= 1,
+            f"--target_mlm_accuracy={v['target_mlm_accuracy']} must be in (0, 1]")
+    if v["dropout_override"] is not None:
+        require(0 <= v["dropout_override"] < 1,
+                f"--dropout_override={v['dropout_override']} must be in [0, 1)")

@@ -1,7 +1,6 @@
 """The run of `python -m reference.run_pretraining`: an MLPerf training run with evals at the
-benchmark's cadence (`train`), or one evaluation (`evaluate_only`), from preflighted RunOptions
-(reference/run_options.py, reference/preflight.py). See run_pretraining's docstring for what a
-run does, writes and logs.
+benchmark's cadence (`train`), or one evaluation (`evaluate_only`), from the run's options and
+what preflight found in its files (`CheckedInputs`).
 """
 from __future__ import annotations
 
@@ -13,15 +12,22 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from absl import logging
 
 from benchmark import cadence, log_keys
 from reference.console import LiveLine
 from reference.error_text import SetupError, tensorflow_failure, writing
-from reference.preflight import peek_progress, prepare_output_dir
+from reference.preflight import CheckedInputs, prepare_output_dir
+from reference.resume import ResumePoint, find_resume_point, resumed_options, run_settings
 from reference.run_flags import UsageError
-from reference.run_options import RunOptions, resumed_options, run_settings
+from reference.run_options import DistributionOptions, RunOptions
+from reference.run_outputs import (save_checkpoint, summary_writer, write_eval, write_scalars)
+
+if TYPE_CHECKING:  # TensorFlow-importing modules are imported where used (fast --help)
+    from benchmark.mlperf_log import BertLogger
+    from reference.run_log import LogFile
 
 
 class InternalError(RuntimeError):
@@ -38,55 +44,15 @@ class RunResult:
     evals: list[tuple[int, dict[str, float]]] = field(default_factory=list)
 
 
-def _save(manager, step: int) -> None:
-    """Save checkpoint `<name>-<step>`; a write that fails (e.g. a full disk) is an OutputError
-    (the incomplete checkpoint is skipped when the run is started again)."""
-    from reference.trainer import CHECKPOINT_NAME
-    with writing("--output_dir", os.path.join(manager.directory, f"{CHECKPOINT_NAME}-{step}")):
-        manager.save(checkpoint_number=step)
-
-
-EVAL_HISTORY = "eval_history.csv"  # every eval of the run, beside eval_results.txt (the last)
-
-
-def _write_eval_results(output_dir: str, step: int, samples: int,
-                        metrics: dict[str, float]) -> None:
-    """eval_results.txt (the last eval, written whole) and one row of eval_history.csv
-    (global_step, samples, then the metrics in name order; the header with the first row)."""
-    import tensorflow as tf
-    path = os.path.join(output_dir, "eval_results.txt")
-    lines = [f"global_step = {step}"] + [f"{key} = {metrics[key]}" for key in sorted(metrics)]
-    partial = f"{path}.partial-{os.getpid()}"  # written whole, then renamed over the old one
-    history = os.path.join(output_dir, EVAL_HISTORY)
-    with writing("--output_dir", path):
-        with tf.io.gfile.GFile(partial, "w") as out:
-            out.write("\n".join(lines) + "\n")
-        tf.io.gfile.rename(partial, path, overwrite=True)
-        new = not tf.io.gfile.exists(history)
-        with tf.io.gfile.GFile(history, "a") as out:
-            if new:
-                out.write(",".join(["global_step", "samples", *sorted(metrics)]) + "\n")
-            out.write(",".join([str(step), str(samples)] +
-                               [repr(float(metrics[key])) for key in sorted(metrics)]) + "\n")
-    logging.debug("eval results (%s): %s", path, ", ".join(lines))
-
-
-def _scalars(writer, step: int, values: dict[str, float]) -> None:
-    """TensorBoard scalars as Summary simple_values (what TensorBoard's scalar readers and
-    EventAccumulator.Scalars list; tf.summary.scalar writes tensors)."""
-    import tensorflow as tf
-    summary = tf.compat.v1.Summary(value=[tf.compat.v1.Summary.Value(tag=tag,
-                                                                     simple_value=float(value))
-                                          for tag, value in values.items()])
-    with writer.as_default(step=step):
-        tf.summary.experimental.write_raw_pb(summary.SerializeToString(), step=step)
-
-
-def _platform(options: RunOptions, strategy) -> str:
-    if options.submission_platform:
-        return options.submission_platform
-    kind = "TPU" if options.strategy.use_tpu else "GPU" if options.strategy.num_gpus else "CPU"
-    return f"{strategy.num_replicas_in_sync}x{kind}"
+# ------------------------------------------------------------------------------ placement
+def make_strategy(distribution: DistributionOptions):
+    """The tf.distribute strategy `distribution` asks for; with cpu_devices > 1 the CPU is
+    split into that many devices first (before TensorFlow runs anything). StrategyError if
+    the devices cannot be had."""
+    from reference import distribution as dist
+    count = distribution.cpu_devices
+    devices = tuple(dist.logical_cpu_devices(count)) if count > 1 else ()
+    return dist.make_strategy(dataclasses.replace(distribution.strategy, devices=devices))
 
 
 def packed_rows_per_replica(train_batch_size: int, sequences_per_row: float,
@@ -97,6 +63,37 @@ def packed_rows_per_replica(train_batch_size: int, sequences_per_row: float,
     return max(1, round(train_batch_size / sequences_per_row / replicas))
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where this process computes and how a batch splits over the replicas."""
+    strategy: Any  # tf.distribute.Strategy
+    chief: bool  # this process writes the run's outputs
+    task: int  # this worker's index
+    train_per_replica: int  # records (packed: rows) per replica and micro-step
+    eval_per_replica: int  # records per replica and eval step
+
+
+def place(options: RunOptions, inputs: CheckedInputs, strategy=None) -> Placement:
+    """The placement of a run on `strategy` (default: made from options.distribution); logs the
+    strategy and the global batch. StrategyError when a batch does not split evenly."""
+    from reference import distribution
+    strategy = strategy or make_strategy(options.distribution)
+    data = options.data
+    if inputs.packed:
+        train = packed_rows_per_replica(data.train_batch_size, inputs.train.sequences_per_row,
+                                        strategy.num_replicas_in_sync)
+    else:
+        train = distribution.per_replica(data.train_batch_size, strategy, "--train_batch_size")
+    evaluation = distribution.per_replica(options.eval.batch_size, strategy,
+                                          "--eval_batch_size")
+    logging.info("%s; global batch %d (%d %s per replica x %d micro-batches)",
+                 distribution.describe(strategy), data.global_batch_size, train,
+                 "packed rows" if inputs.packed else "records", data.steps_per_update)
+    return Placement(strategy, distribution.is_chief(strategy), distribution.task_id(strategy),
+                     train, evaluation)
+
+
+# ------------------------------------------------------------------------------ set-up failures
 class _Phase:
     """Whether a run is still being set up: until its first compiled training call returns
     (an eval-only run: until it ends)."""
@@ -119,71 +116,58 @@ def _setup_failures(phase: _Phase):
         raise SetupError(f"setting up the run failed: {tensorflow_failure(err)}") from err
 
 
-def _duration(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours}h{rest // 60:02d}m{rest % 60:02d}s" if hours else \
-        f"{rest // 60}m{rest % 60:02d}s"
-
-
+# ------------------------------------------------------------------------------ the run
 class _Run:
-    """One process's part of a run: strategy, trainer, datasets, logs."""
+    """One process's part of a run: its options, inputs and placement, the trainer once built,
+    and the datasets it feeds."""
 
-    def __init__(self, options: RunOptions, strategy=None):
-        import tensorflow as tf
-        from reference import distribution
-        self.tf = tf
-        self.options = options
-        self.strategy = strategy or distribution.make_strategy(options.strategy)
-        self.chief = distribution.is_chief(self.strategy)
-        self.task = distribution.task_id(self.strategy)
-        self.packed = options.train_layout is not None and options.train_layout.packed
-        if self.packed:
-            self.train_per_replica = packed_rows_per_replica(
-                options.train_batch_size, options.sequences_per_row,
-                self.strategy.num_replicas_in_sync)
-        else:
-            self.train_per_replica = distribution.per_replica(
-                options.train_batch_size, self.strategy, "--train_batch_size")
-        self.eval_per_replica = distribution.per_replica(options.eval_batch_size,
-                                                         self.strategy, "--eval_batch_size")
-        logging.info("%s; global batch %d (%d %s per replica x %d micro-batches)",
-                     distribution.describe(self.strategy), options.global_batch_size,
-                     self.train_per_replica, "packed rows" if self.packed else "records",
-                     options.steps_per_update)
+    def __init__(self, options: RunOptions, inputs: CheckedInputs, placement: Placement):
+        self.options, self.inputs, self.placement = options, inputs, placement
+        self.trainer = None
 
     def build_trainer(self):
+        """Set the precision policy and TensorFlow's seed, then build the Trainer."""
+        import tensorflow as tf
         from reference.trainer import Trainer, set_mixed_precision
         options = self.options
-        set_mixed_precision(options.mixed_precision)
-        config = options.bert_config
-        if options.dropout_override is not None:
-            config = dataclasses.replace(config, hidden_dropout_prob=options.dropout_override,
-                                         attention_probs_dropout_prob=options.dropout_override)
-        self.tf.random.set_seed(options.seed)
-        self.trainer = Trainer(self.strategy, config, options.optimizer,
-                               options.train_batch_size, options.steps_per_update,
-                               options.clip_after_allreduce, options.mixed_precision,
-                               options.use_xla, options.recompute_layers,
-                               options.masked_lm_block_rows, packed=self.packed)
+        compute = options.compute
+        set_mixed_precision(compute.mixed_precision)
+        config = self.inputs.bert_config
+        dropout = options.model.dropout_override
+        if dropout is not None:
+            config = dataclasses.replace(config, hidden_dropout_prob=dropout,
+                                         attention_probs_dropout_prob=dropout)
+        tf.random.set_seed(options.seed)
+        self.trainer = Trainer(
+            self.placement.strategy, config, options.optimizer, options.data.train_batch_size,
+            steps_per_update=options.data.steps_per_update,
+            mixed_precision=compute.mixed_precision, use_xla=compute.use_xla,
+            recompute_layers=compute.recompute_layers,
+            masked_lm_block_rows=compute.masked_lm_block_rows, packed=self.inputs.packed)
         return self.trainer
 
-    # -------------------------------------------------------------- datasets
-    def eval_dataset(self):
+    @property
+    def eval_steps(self) -> int:
+        """Global eval batches per eval: the records read, padded to whole batches."""
         from reference import input_pipeline
-        options = self.options
-        count = options.eval_count
-        records = count.rows if count else options.eval_records
-        padded = input_pipeline.padded_eval_size(records, options.eval_batch_size)
-        self.eval_steps = padded // options.eval_batch_size
+        batch = self.options.eval.batch_size
+        return input_pipeline.padded_eval_size(self.inputs.eval.rows, batch) // batch
+
+    def eval_dataset(self):
+        """The distributed eval dataset: the records evaluated, padded to whole batches with
+        records of weight 0."""
+        from reference import input_pipeline
+        records = self.inputs.eval
+        padded = self.eval_steps * self.options.eval.batch_size
+        count = records.packed_count
 
         def dataset_fn(context):
             return input_pipeline.eval_dataset(
-                options.eval_files, self.eval_per_replica, records, padded,
-                options.eval_layout, context,
+                list(records.files), self.placement.eval_per_replica, records.rows, padded,
+                records.layout, context,
                 last_row_sequences=count.last_row_sequences if count else None)
 
-        return self.strategy.distribute_datasets_from_function(dataset_fn)
+        return self.placement.strategy.distribute_datasets_from_function(dataset_fn)
 
     def train_iterator(self):
         """The distributed training stream, continuing where the trainer's global step left it.
@@ -197,329 +181,421 @@ class _Run:
         records per resume and works alike for every strategy and for accumulation.
         """
         from reference import input_pipeline
-        options = self.options
+        options, records = self.options, self.inputs.train
         consumed_steps = self.trainer.step
 
         def dataset_fn(context):
             replicas_fed = context.num_replicas_in_sync // context.num_input_pipelines
             return input_pipeline.train_dataset(
-                options.input_files, self.train_per_replica, options.train_layout,
-                options.seed, options.steps_per_update, context,
-                skip_batches=consumed_steps * replicas_fed, id_ranges=options.id_ranges)
+                list(records.files), self.placement.train_per_replica, records.layout,
+                options.seed, options.data.steps_per_update, context,
+                skip_batches=consumed_steps * replicas_fed, id_ranges=self.inputs.id_ranges)
 
-        return iter(self.strategy.distribute_datasets_from_function(dataset_fn))
-
-    # -------------------------------------------------------------- outputs
-    def summary_writer(self, folder: str):
-        """The TensorBoard writer of OUTPUT_DIR/<folder> (the chief's; others write none)."""
-        if not self.chief:
-            return self.tf.summary.create_noop_writer()
-        path = os.path.join(self.options.output_dir, folder)
-        with writing("--output_dir", path):
-            return self.tf.summary.create_file_writer(path)
-
-    def write_eval(self, step: int, samples: int, metrics: dict[str, float], writer) -> None:
-        """An eval's outputs: eval_results.txt, a row of eval_history.csv and the summaries of
-        `writer` (OUTPUT_DIR/eval)."""
-        _write_eval_results(self.options.output_dir, step, samples, metrics)
-        with writing("--output_dir", os.path.join(self.options.output_dir, "eval")):
-            _scalars(writer, step, metrics)
-            writer.flush()
+        dataset = self.placement.strategy.distribute_datasets_from_function(dataset_fn)
+        return iter(dataset)
 
     def evaluate(self, dataset) -> dict[str, float]:
         """The metrics of one eval over the run's eval steps (its callers time and report it)."""
         return self.trainer.evaluate(dataset, self.eval_steps)
 
+    def platform(self) -> str:
+        """submission_platform: --submission_platform, else e.g. "8xGPU"."""
+        submission, request = self.options.submission, self.options.distribution.strategy
+        if submission.platform:
+            return submission.platform
+        kind = "TPU" if request.use_tpu else "GPU" if request.num_gpus else "CPU"
+        return f"{self.placement.strategy.num_replicas_in_sync}x{kind}"
 
-def evaluate_only(options: RunOptions, strategy=None) -> RunResult:
-    """--do_eval --nodo_train: one eval of --init_checkpoint or the latest checkpoint.
 
-    strategy: the tf.distribute strategy (default: made from options.strategy). A TensorFlow
-    error on the way is a SetupError.
+# ------------------------------------------------------------------------------ eval only
+def evaluate_only(options: RunOptions, inputs: CheckedInputs, strategy=None) -> RunResult:
+    """--do_eval --nodo_train: one eval of --init_checkpoint or the latest checkpoint in
+    --output_dir; writes eval_results.txt.
+
+    strategy: the tf.distribute strategy (default: made from options.distribution). A
+    TensorFlow error on the way is a SetupError.
     """
     with _setup_failures(_Phase()):
-        return _evaluate_only(options, strategy)
+        run = _Run(options, inputs, place(options, inputs, strategy))
+        output_dir = options.output.output_dir
+        prepare_output_dir(output_dir)
+        trainer = run.build_trainer()
+        _restore_for_eval(trainer, options.model.init_checkpoint, output_dir)
+        started = time.time()
+        metrics = run.evaluate(run.eval_dataset())
+        logging.info("eval of %d records in %.1f s: masked_lm_accuracy %.5f, masked_lm_loss "
+                     "%.4f, next_sentence_accuracy %.4f", inputs.eval.sequences,
+                     time.time() - started, metrics["masked_lm_accuracy"],
+                     metrics["masked_lm_loss"], metrics["next_sentence_accuracy"])
+        if run.placement.chief:
+            write_eval(output_dir, trainer.step, trainer.samples, metrics,
+                       summary_writer(output_dir, "eval", chief=True))
+        return RunResult("evaluated", trainer.step, trainer.samples,
+                         [(trainer.samples, metrics)])
 
 
-def _evaluate_only(options: RunOptions, strategy=None) -> RunResult:
+def _restore_for_eval(trainer, init_checkpoint: str | None, output_dir: str) -> None:
+    """Load the weights to evaluate: `init_checkpoint` (an official checkpoint, or one of ours
+    or a folder of them) or else the latest complete checkpoint in `output_dir`."""
+    import tensorflow as tf
     from reference import checkpoint as ckpt
     from reference.trainer import CHECKPOINT_NAME
-    run = _Run(options, strategy)
-    tf = run.tf
-    prepare_output_dir(options.output_dir)
-    trainer = run.build_trainer()
-    source = options.init_checkpoint or ckpt.latest_complete_checkpoint(
-        options.output_dir, CHECKPOINT_NAME)[0]
+    source = init_checkpoint or ckpt.latest_complete_checkpoint(output_dir, CHECKPOINT_NAME)[0]
     if not source:
         raise UsageError(f"nothing to evaluate: no --init_checkpoint and no checkpoint in "
-                         f"{options.output_dir}")
+                         f"{output_dir}")
     try:
-        fmt = ckpt.checkpoint_format(source)
-    except ckpt.CheckpointError:
-        fmt = None
-    if fmt is None:
+        ckpt.checkpoint_format(source)
+    except ckpt.CheckpointError:  # not an official checkpoint: one of ours
         path = ckpt.latest_complete_checkpoint(source, CHECKPOINT_NAME)[0] \
             if tf.io.gfile.isdir(source) else source
         if not path:
-            raise UsageError(f"{source}: holds no complete checkpoint to evaluate")
+            raise UsageError(f"{source}: holds no complete checkpoint to evaluate") from None
         trainer.restore(path, model_only=True)
     else:
         trainer.load_initial_checkpoint(source)
-    started = time.time()
-    metrics = run.evaluate(run.eval_dataset())
-    logging.info("eval of %d records in %.1f s: masked_lm_accuracy %.5f, masked_lm_loss %.4f, "
-                 "next_sentence_accuracy %.4f", options.eval_records, time.time() - started,
-                 metrics["masked_lm_accuracy"], metrics["masked_lm_loss"],
-                 metrics["next_sentence_accuracy"])
-    if run.chief:
-        run.write_eval(trainer.step, trainer.samples, metrics, run.summary_writer("eval"))
-    return RunResult("evaluated", trainer.step, trainer.samples, [(trainer.samples, metrics)])
 
 
-def train(options: RunOptions, strategy=None) -> RunResult:
-    """--do_train [--do_eval]: an MLPerf run (see reference.run_pretraining's docstring).
+# ------------------------------------------------------------------------------ training
+def train(options: RunOptions, inputs: CheckedInputs, strategy=None) -> RunResult:
+    """--do_train [--do_eval]: an MLPerf run, resumed from the newest complete checkpoint in
+    --output_dir if there is one.
 
-    strategy: the tf.distribute strategy (default: made from options.strategy).
+    strategy: the tf.distribute strategy (default: made from options.distribution).
     Raises UsageError (before anything is logged) when OUTPUT_DIR holds a checkpoint of a run
-    with other run-defining settings, OutputError when an output cannot be written, and
+    with other run-defining settings, OutputError when an output cannot be written,
     InternalError when the training loop would not advance, and SetupError for a TensorFlow
     error before the first compiled training call has returned; an error after run_start ends
     the MLPerf log with run_stop "aborted" first.
     """
     phase = _Phase()
     with _setup_failures(phase):
-        return _train(options, strategy, phase)
+        placement = place(options, inputs, strategy)
+        output_dir = options.output.output_dir
+        prepare_output_dir(output_dir)
+        point = find_resume_point(output_dir)
+        if point:
+            options = resumed_options(options, inputs, point)
+        if placement.chief:
+            from reference import checkpoint as ckpt
+            from reference.trainer import CHECKPOINT_NAME
+            with writing("--output_dir", output_dir):
+                ckpt.remove_orphan_save_folders(output_dir, CHECKPOINT_NAME)
+        finished = point and point.finished(options.budget_steps)
+        if finished:
+            progress = point.progress
+            logging.warning("%s already %s at step %d (%d samples); nothing to train",
+                            point.checkpoint, finished, progress.step, progress.samples)
+            return RunResult("already-finished", progress.step, progress.samples)
+        return _logged_run(_Run(options, inputs, placement), point, phase)
 
 
-def _train(options: RunOptions, strategy, phase: _Phase) -> RunResult:
-    from benchmark.mlperf_log import BertLogger, Hyperparameters
-    from reference import checkpoint as ckpt
+@dataclass(frozen=True)
+class _Outputs:
+    """The open outputs of a training run: the MLPerf log (its logger and file) and the
+    TensorBoard writers of OUTPUT_DIR/train and OUTPUT_DIR/eval."""
+    log: BertLogger
+    log_file: LogFile
+    train_writer: Any
+    eval_writer: Any
+
+
+def _open_outputs(run: _Run) -> _Outputs:
+    """The summary writers first (a folder that cannot be written stops the run unlogged),
+    then the MLPerf log (the chief's; other workers log nowhere)."""
+    from benchmark.mlperf_log import BertLogger
     from reference.run_log import LogFile
-    from reference.trainer import CHECKPOINT_NAME, worker_checkpoint_dir
+    output, chief = run.options.output, run.placement.chief
+    writers = (summary_writer(output.output_dir, "train", chief),
+               summary_writer(output.output_dir, "eval", chief))
+    log_file = LogFile(output.mlperf_log, sys.stdout if output.mlperf_log_to_console else None) \
+        if chief else LogFile(None)
+    return _Outputs(BertLogger(stream=log_file), log_file, *writers)
 
-    run = _Run(options, strategy)
-    prepare_output_dir(options.output_dir)
-    # The newest checkpoint that reads back whole: a kill mid-save, or a damaged file, makes
-    # the run resume from the one before (each skipped one is named in a warning).
-    latest, skipped = ckpt.latest_complete_checkpoint(options.output_dir, CHECKPOINT_NAME)
-    progress = None
-    if latest:
-        progress = peek_progress(latest)
-        options = run.options = resumed_options(options, progress.settings, latest)
-    n = options.steps_per_update
-    batch = options.global_batch_size
-    budget_updates = options.budget_steps // n
-    if run.chief:
-        with writing("--output_dir", options.output_dir):
-            ckpt.remove_orphan_save_folders(options.output_dir, CHECKPOINT_NAME)
-    if progress and (progress.reached or progress.step >= options.budget_steps):
-        why = "reached the target" if progress.reached else \
-            f"used its step budget ({options.budget_steps})"
-        logging.warning("%s already %s at step %d (%d samples); nothing to train", latest, why,
-                        progress.step, progress.samples)
-        return RunResult("already-finished", progress.step, progress.samples)
 
-    division = options.submission_division
-    if options.noncompliant and division == "closed":
-        logging.warning("not a closed-division run (%s): logging it as open division",
-                        "; ".join(options.noncompliant))
-        division = "open"
-
-    # Before the log is opened: a folder that cannot be written stops the run unlogged.
-    summaries, eval_summaries = run.summary_writer("train"), run.summary_writer("eval")
-    log_file = LogFile(options.mlperf_log, sys.stdout if options.mlperf_log_to_console else None) \
-        if run.chief else LogFile(None)
-    log = BertLogger(stream=log_file)
-    result = RunResult(log_keys.ABORTED, 0, 0)
-    run_started = run_stopped = False
+def _logged_run(run: _Run, point: ResumePoint | None, phase: _Phase) -> RunResult:
+    """The MLPerf-logged part of a training run, init_start to run_stop; a failure after
+    run_start logs run_stop "aborted" first."""
+    from reference.trainer import worker_checkpoint_dir
+    options = run.options
+    reasons = (*run.inputs.noncompliant, *options.submission.noncompliant)
+    division = _division(options.submission.division, reasons)
+    outputs = _open_outputs(run)
+    log = outputs.log
+    started = stopped = False
     try:
-        log.submission(org=options.submission_org, platform=_platform(options, run.strategy),
-                       division=division, status=options.submission_status)
-        log.cache_clear()
-        log_file.check()  # a log that cannot be written stops the run before init_start
-        log.init_start()
-        for reason in options.noncompliant:
-            logging.warning("non-compliant: %s", reason)
-            log.event(log_keys.NONCOMPLIANT, reason)
-        log.event(log_keys.TARGET_ACCURACY, options.target_mlm_accuracy)
-        log.seed(options.seed)
-        trainer = run.build_trainer()
-        manager = trainer.checkpoint_manager(
-            worker_checkpoint_dir(options.output_dir, run.chief, run.task),
-            options.keep_checkpoint_max or None)
-        if latest:
-            trainer.restore(latest)
-            resume = {"checkpoint": latest, "global_step": trainer.step,
-                      "samples": trainer.samples}
-            if skipped:
-                resume["skipped_checkpoints"] = skipped
-            log.event(log_keys.RESUME, None, resume)
-            if options.init_checkpoint:
-                logging.warning("--init_checkpoint ignored: resuming from %s", latest)
-        else:
-            trainer.set_seed(options.seed)
-            if options.init_checkpoint:
-                names = trainer.load_initial_checkpoint(options.init_checkpoint)
-                log.weights_initialization(ckpt.restored_tensor_names(names))
-            else:
-                logging.warning("no --init_checkpoint: training starts from random weights "
-                                "(the benchmark starts from model.ckpt-28252)")
-                trainer.initialize_weights(options.seed)
-        trainer.set_run_settings(json.dumps(run_settings(options)))
-        for key, value in ((log_keys.OPT_NAME, options.optimizer.name),
-                           (log_keys.MAX_SEQUENCE_LENGTH, options.max_seq_length),
-                           (log_keys.MAX_PREDICTIONS_PER_SEQ, options.max_predictions_per_seq),
-                           (log_keys.OPT_LAMB_LR_DECAY_POLY_POWER, options.optimizer.poly_power),
-                           (log_keys.MIXED_PRECISION, options.mixed_precision)):
-            log.event(key, value)
-        hp = Hyperparameters(
-            global_batch_size=batch, opt_base_learning_rate=options.optimizer.learning_rate,
-            opt_epsilon=options.optimizer.epsilon,
-            opt_learning_rate_training_steps=options.optimizer.num_train_steps // n,
-            opt_learning_rate_warmup_steps=options.optimizer.num_warmup_steps // n,
-            num_warmup_steps=options.optimizer.num_warmup_steps // n,
-            start_warmup_step=options.optimizer.start_warmup_step // n,
-            opt_lamb_beta_1=options.optimizer.beta_1, opt_lamb_beta_2=options.optimizer.beta_2,
-            opt_lamb_weight_decay_rate=options.optimizer.weight_decay_rate,
-            gradient_accumulation_steps=n)
-        log.hyperparameters(hp, eval_samples=options.eval_records)
+        _log_init_start(run, outputs, division, reasons)
+        manager = _initialise(run, log, point)
+        _log_hyperparameters(log, options, run.inputs)
         iterator = run.train_iterator()
         eval_data = run.eval_dataset() if options.do_eval else None
         log.init_stop()
-        log_file.check()
-
+        outputs.log_file.check()
         log.run_start()
-        run_started = True
-        result = _train_loop(run, options, log, log_file, iterator, eval_data, manager,
-                             budget_updates, summaries, eval_summaries, phase)
-        log.train_samples(trainer.samples)
+        started = True
+        result = _TrainingLoop(run, outputs, manager, eval_data, phase).train(iterator)
+        log.train_samples(run.trainer.samples)
         log.run_stop(result.status)
-        run_stopped = True
-        log_file.check()
-        _save(manager, trainer.step)
+        stopped = True
+        outputs.log_file.check()
+        save_checkpoint(manager, run.trainer.step)
         logging.debug("run %s at step %d, %d samples; checkpoint %s", result.status,
-                      trainer.step, trainer.samples, manager.latest_checkpoint)
+                      run.trainer.step, run.trainer.samples, manager.latest_checkpoint)
     except BaseException:
-        if run_started and not run_stopped:  # whatever stopped it, the log says the run ended
+        if started and not stopped:  # whatever stopped it, the log says the run ended
             log.run_stop(log_keys.ABORTED)
         raise
     finally:
         log.close()
-        log_file.close()
-    log_file.check()
-    if not run.chief:
-        shutil.rmtree(worker_checkpoint_dir(options.output_dir, False, run.task),
+        outputs.log_file.close()
+    outputs.log_file.check()
+    if not run.placement.chief:
+        shutil.rmtree(worker_checkpoint_dir(options.output.output_dir, False, run.placement.task),
                       ignore_errors=True)
     return result
 
 
-def _train_loop(run: _Run, options: RunOptions, log, log_file, iterator, eval_data, manager,
-                budget_updates: int, summaries, eval_summaries, phase: _Phase) -> RunResult:
+def _division(asked: str, reasons: tuple[str, ...]) -> str:
+    """The division the run is logged in: open when it has noncompliant `reasons`."""
+    if reasons and asked == "closed":
+        logging.warning("not a closed-division run (%s): logging it as open division",
+                        "; ".join(reasons))
+        return "open"
+    return asked
+
+
+def _log_init_start(run: _Run, outputs: _Outputs, division: str,
+                    reasons: tuple[str, ...]) -> None:
+    """The submission records, init_start, each noncompliant reason (warned on the console
+    too), the target and the seed."""
+    options, log = run.options, outputs.log
+    submission = options.submission
+    log.submission(org=submission.org, platform=run.platform(), division=division,
+                   status=submission.status)
+    log.cache_clear()
+    outputs.log_file.check()  # a log that cannot be written stops the run before init_start
+    log.init_start()
+    for reason in reasons:
+        logging.warning("non-compliant: %s", reason)
+        log.event(log_keys.NONCOMPLIANT, reason)
+    log.event(log_keys.TARGET_ACCURACY, options.eval.target_accuracy)
+    log.seed(options.seed)
+
+
+def _initialise(run: _Run, log: BertLogger, point: ResumePoint | None):
+    """Build the trainer and set its weights and counters: restored from `point`, else from
+    --init_checkpoint, else drawn from the seed. Returns the CheckpointManager of this worker."""
+    from reference import checkpoint as ckpt
+    from reference.trainer import worker_checkpoint_dir
+    options, placement = run.options, run.placement
+    trainer = run.build_trainer()
+    manager = trainer.checkpoint_manager(
+        worker_checkpoint_dir(options.output.output_dir, placement.chief, placement.task),
+        options.output.keep_checkpoint_max or None)
+    init_checkpoint = options.model.init_checkpoint
+    if point:
+        trainer.restore(point.checkpoint)
+        resume = {"checkpoint": point.checkpoint, "global_step": trainer.step,
+                  "samples": trainer.samples}
+        if point.skipped:
+            resume["skipped_checkpoints"] = list(point.skipped)
+        log.event(log_keys.RESUME, None, resume)
+        if init_checkpoint:
+            logging.warning("--init_checkpoint ignored: resuming from %s", point.checkpoint)
+    else:
+        trainer.set_seed(options.seed)
+        if init_checkpoint:
+            names = trainer.load_initial_checkpoint(init_checkpoint)
+            log.weights_initialization(ckpt.restored_tensor_names(names))
+        else:
+            logging.warning("no --init_checkpoint: training starts from random weights "
+                            "(the benchmark starts from model.ckpt-28252)")
+            trainer.initialize_weights(options.seed)
+    trainer.set_run_settings(json.dumps(run_settings(options, run.inputs)))
+    return manager
+
+
+def _log_hyperparameters(log: BertLogger, options: RunOptions, inputs: CheckedInputs) -> None:
+    """The hyperparameter records, in the optimizer's view: global batch, step counts in
+    updates (micro-steps / steps_per_update)."""
+    from benchmark.mlperf_log import Hyperparameters
+    opt, n = options.optimizer, options.data.steps_per_update
+    for key, value in ((log_keys.OPT_NAME, opt.name),
+                       (log_keys.MAX_SEQUENCE_LENGTH, options.data.max_seq_length),
+                       (log_keys.MAX_PREDICTIONS_PER_SEQ, options.data.max_predictions_per_seq),
+                       (log_keys.OPT_LAMB_LR_DECAY_POLY_POWER, opt.poly_power),
+                       (log_keys.MIXED_PRECISION, options.compute.mixed_precision)):
+        log.event(key, value)
+    hp = Hyperparameters(
+        global_batch_size=options.data.global_batch_size,
+        opt_base_learning_rate=opt.learning_rate, opt_epsilon=opt.epsilon,
+        opt_learning_rate_training_steps=opt.num_train_steps // n,
+        opt_learning_rate_warmup_steps=opt.num_warmup_steps // n,
+        num_warmup_steps=opt.num_warmup_steps // n,
+        start_warmup_step=opt.start_warmup_step // n,
+        opt_lamb_beta_1=opt.beta_1, opt_lamb_beta_2=opt.beta_2,
+        opt_lamb_weight_decay_rate=opt.weight_decay_rate, gradient_accumulation_steps=n)
+    log.hyperparameters(hp, eval_samples=inputs.eval.sequences if inputs.eval else 0)
+
+
+class _TrainingLoop:
     """Train from the trainer's step to the budget, in blocks that end at each eval: the first
     update at whose end the samples trained reach the next multiple of the eval interval (with
     packed rows an update's sample count varies, so the eval falls a few sequences after it,
     and each block is logged when it is trained, with its true sample count and start time).
+    Checkpoints are saved at each multiple of --save_checkpoints_steps (after the eval due at
+    the same step)."""
 
-    Unpacked records: a step and sample count that disagree (samples = updates x global batch)
-    raise InternalError before anything is trained.
-    """
-    trainer = run.trainer
-    n = options.steps_per_update
-    batch = options.global_batch_size
-    frequency = options.eval_frequency
-    result = RunResult(log_keys.ABORTED, trainer.step, trainer.samples)
-    train_folder = os.path.join(options.output_dir, "train")
+    def __init__(self, run: _Run, outputs: _Outputs, manager, eval_data, phase: _Phase):
+        """`eval_data`: the distributed eval set, None without evals; `manager`: the
+        CheckpointManager; `phase` says when the set-up is over."""
+        self.run, self.outputs, self.manager, self.phase = run, outputs, manager, phase
+        self.eval_data = eval_data
+        self.options, self.trainer = run.options, run.trainer
+        self.n = self.options.data.steps_per_update
+        self.batch = self.options.data.global_batch_size
+        self.budget_updates = self.options.budget_steps // self.n
+        self.update = self.trainer.step // self.n
+        self.result = RunResult(log_keys.ABORTED, self.trainer.step, self.trainer.samples)
+        schedule = self.options.schedule
+        self.live = LiveLine(every_s=max(60.0, schedule.progress_seconds))
+        self.pace = _CallPace(schedule.iterations_per_loop // self.n, schedule.progress_seconds)
+        self.train_folder = os.path.join(self.options.output.output_dir, "train")
+        self.started = time.time()
+        self.first_samples = self.trainer.samples
 
-    live = LiveLine(every_s=max(60.0, options.progress_seconds))
+    def train(self, iterator) -> RunResult:
+        """Train from the distributed `iterator` and evaluate until the target or the budget;
+        returns the result."""
+        trainer = self.trainer
+        if self.eval_data is not None and self.options.eval.at_start and trainer.samples == 0:
+            if self._evaluate():
+                return self._success()
+        self._check_counters()
+        self.started, self.first_samples = time.time(), trainer.samples
+        while self.update < self.budget_updates:
+            reached, save_due = self._block(iterator)
+            if reached and self._evaluate():
+                self._success()
+                break
+            if save_due and self.update < self.budget_updates:  # after the eval at this step
+                save_checkpoint(self.manager, trainer.step)
+        self.live.close()
+        with writing("--output_dir", self.train_folder):
+            self.outputs.train_writer.flush()
+        self.result.step, self.result.samples = trainer.step, trainer.samples
+        retraced = trainer.retraced()
+        if retraced:  # a changing shape: each retrace recompiles (XLA, TPU) and costs time
+            logging.warning("step functions traced more than once: %s", retraced)
+        return self.result
 
-    def do_eval() -> bool:
+    def _check_counters(self) -> None:
+        """Unpacked records: InternalError when the step and sample counters disagree (samples
+        = updates x global batch), before anything is trained."""
+        samples, update, batch = self.trainer.samples, self.update, self.batch
+        if not self.run.inputs.packed and samples != update * batch:
+            raise InternalError(f"step {self.trainer.step} with {samples} samples trained, "
+                                f"where {update} updates of {batch} make {update * batch}: "
+                                "the step and sample counters disagree")
+
+    def _success(self) -> RunResult:
+        self.trainer.target_reached.assign(1)
+        self.result.status = log_keys.SUCCESS
+        return self.result
+
+    def _block(self, iterator) -> tuple[bool, bool]:
+        """Train one block, up to the next eval or the budget, saving checkpoints on the way;
+        returns whether the eval is due and whether a checkpoint is (one not saved before
+        the eval)."""
+        trainer, log = self.trainer, self.outputs.log
+        first = trainer.samples
+        frequency = self.options.eval.frequency
+        eval_due = cadence.next_eval_index(first, frequency) * frequency \
+            if self.eval_data is not None else None
+        started_ms = log.now_ms()
+        if not self.run.inputs.packed:  # whole updates of `batch` samples, up to the eval
+            expected = (self.budget_updates - self.update) * self.batch
+            if eval_due is not None:
+                expected = min(expected, cadence.rounded_to_step(eval_due - first, self.batch))
+            log.block_start(first, expected)
+        save_due = reached = False
+        while self.update < self.budget_updates and not reached:
+            reached, passed_save = self._host_call(iterator, eval_due)
+            save_due = save_due or passed_save
+            if save_due and not reached and self.update < self.budget_updates:
+                save_checkpoint(self.manager, trainer.step)
+                save_due = False
+        if self.run.inputs.packed:  # a packed block's sample count is known once it is trained
+            log.block_start(first, trainer.samples - first, started_ms)
+        log.block_stop(first)
+        self.outputs.log_file.check()
+        return reached, save_due
+
+    def _host_call(self, iterator, eval_due: int | None) -> tuple[bool, bool]:
+        """One compiled call of up to --iterations_per_loop micro-steps, ending at the next
+        checkpoint step or the eval; returns whether the eval is due and whether the call
+        passed a checkpoint step."""
+        trainer = self.trainer
+        every = self.options.schedule.save_checkpoints_steps
+        before, before_samples = trainer.step, trainer.samples
+        to_save = every - before % every  # micro-steps to the next checkpoint step
+        room = min(self.budget_updates - self.update, max(1, to_save // self.n))
+        started = time.time()
+        losses = trainer.train_steps(iterator, self.pace.updates(room), eval_due)
+        self.phase.setting_up = False  # compiled, and it ran: what fails now is no set-up
+        elapsed = max(time.time() - started, 1e-9)
+        self.pace.took(losses["updates"], elapsed)
+        self.update += losses["updates"]
+        reached = eval_due is not None and trainer.samples >= eval_due
+        self.live.update(self._progress_line(losses, eval_due, reached))
+        values = {key: losses[key] for key in ("total_loss", "masked_lm_loss",
+                                               "next_sentence_loss", "learning_rate")}
+        values["samples_per_second"] = (trainer.samples - before_samples) / elapsed
+        if self.options.compute.mixed_precision == "fp16":
+            values.update(loss_scale=losses["loss_scale"],
+                          skipped_updates=losses["skipped_updates"])
+        write_scalars(self.outputs.train_writer, self.train_folder, trainer.step, values)
+        return reached, trainer.step // every > before // every
+
+    def _evaluate(self) -> bool:
+        """Evaluate, log and write the eval; returns whether it reached the target."""
+        trainer, log = self.trainer, self.outputs.log
         samples = trainer.samples
         log.eval_start(samples)
         started = time.time()
-        metrics = run.evaluate(eval_data)
+        metrics = self.run.evaluate(self.eval_data)
         log.eval_stop(samples)
         log.eval_accuracy(samples, metrics["masked_lm_accuracy"])
-        result.evals.append((samples, metrics))
-        reached = metrics["masked_lm_accuracy"] >= options.target_mlm_accuracy
-        live.keep(_eval_line(len(result.evals), trainer.step, samples, metrics,
-                             options.target_mlm_accuracy, time.time() - started))
-        if run.chief:
-            run.write_eval(trainer.step, samples, metrics, eval_summaries)
-        log_file.check()
-        return reached
+        self.result.evals.append((samples, metrics))
+        target = self.options.eval.target_accuracy
+        self.live.keep(_eval_line(len(self.result.evals), trainer.step, samples, metrics,
+                                  target, time.time() - started))
+        if self.run.placement.chief:
+            write_eval(self.options.output.output_dir, trainer.step, samples, metrics,
+                       self.outputs.eval_writer)
+        self.outputs.log_file.check()
+        return metrics["masked_lm_accuracy"] >= target
 
-    if eval_data is not None and options.eval_at_start and trainer.samples == 0:
-        if do_eval():
-            trainer.target_reached.assign(1)
-            result.status = log_keys.SUCCESS
-            return result
-
-    update = trainer.step // n
-    if not run.packed and trainer.samples != update * batch:
-        raise InternalError(f"step {trainer.step} with {trainer.samples} samples trained, where "
-                            f"{update} updates of {batch} make {update * batch}: the step and "
-                            "sample counters disagree")
-    pace = _CallPace(options.iterations_per_loop // n, options.progress_seconds)
-    run_started = time.time()
-    first_samples = trainer.samples
-    every = options.save_checkpoints_steps
-    while update < budget_updates:
-        block_first = trainer.samples
-        eval_due = cadence.next_eval_index(block_first, frequency) * frequency \
-            if eval_data is not None else None
-        block_started_ms = log.now_ms()
-        if not run.packed:  # a whole number of updates of `batch` samples, up to the eval
-            expected = (budget_updates - update) * batch
-            if eval_due is not None:
-                expected = min(expected, cadence.rounded_to_step(eval_due - block_first, batch))
-            log.block_start(block_first, expected)
-        save_due = reached = False
-        while update < budget_updates and not reached:
-            before, before_samples = trainer.step, trainer.samples
-            to_save = every - trainer.step % every  # micro-steps to the next checkpoint step
-            started = time.time()
-            losses = trainer.train_steps(
-                iterator, pace.updates(min(budget_updates - update, max(1, to_save // n))),
-                eval_due)
-            phase.setting_up = False  # compiled, and it ran: what fails now is no set-up
-            elapsed = max(time.time() - started, 1e-9)
-            pace.took(losses["updates"], elapsed)
-            update += losses["updates"]
-            reached = eval_due is not None and trainer.samples >= eval_due
-            rate = (trainer.samples - before_samples) / elapsed
-            overall = (trainer.samples - first_samples) / max(time.time() - run_started, 1e-9)
-            live.update(_progress_line(options, trainer, losses, overall, update, eval_due,
-                                       budget_updates, result.evals, reached))
-            values = {key: losses[key] for key in ("total_loss", "masked_lm_loss",
-                                                   "next_sentence_loss", "learning_rate")}
-            values["samples_per_second"] = rate
-            if options.mixed_precision == "fp16":
-                values.update(loss_scale=losses["loss_scale"],
-                              skipped_updates=losses["skipped_updates"])
-            with writing("--output_dir", train_folder):
-                _scalars(summaries, trainer.step, values)
-            save_due = save_due or trainer.step // every > before // every
-            if save_due and not reached and update < budget_updates:
-                _save(manager, trainer.step)
-                save_due = False
-        if run.packed:  # a packed block's sample count is known once it is trained
-            log.block_start(block_first, trainer.samples - block_first, block_started_ms)
-        log.block_stop(block_first)
-        log_file.check()
-        if reached and do_eval():
-            trainer.target_reached.assign(1)
-            result.status = log_keys.SUCCESS
-            break
-        if save_due and update < budget_updates:  # after the eval at the same step
-            _save(manager, trainer.step)
-    live.close()
-    with writing("--output_dir", train_folder):
-        summaries.flush()
-    result.step, result.samples = trainer.step, trainer.samples
-    retraced = trainer.retraced()
-    if retraced:  # a changing shape: each retrace recompiles (XLA, TPU) and costs time
-        logging.warning("step functions traced more than once: %s", retraced)
-    return result
+    def _progress_line(self, losses: dict, eval_due: int | None, eval_now: bool) -> str:
+        """The live line: step, samples, speed since the start of this process (samples/s),
+        loss, learning rate, time to the next eval (or, without evals, to the step budget), the
+        accuracy of the last eval; with fp16 the loss scale."""
+        trainer, evals = self.trainer, self.result.evals
+        overall = (trainer.samples - self.first_samples) / max(time.time() - self.started, 1e-9)
+        to_budget = (self.budget_updates - self.update) * self.batch
+        if eval_now:
+            ahead = "eval now"
+        elif eval_due is not None and eval_due - trainer.samples < to_budget:
+            ahead = (f"next eval in {_duration((eval_due - trainer.samples) / max(overall, 1e-9))}"
+                     f" (at {eval_due:,})")
+        else:
+            ahead = f"step budget in {_duration(to_budget / max(overall, 1e-9))}"
+        last = f" | last eval {evals[-1][1]['masked_lm_accuracy']:.4f}" if evals else ""
+        scale = (f" | loss scale {losses['loss_scale']:g}, {losses['skipped_updates']} updates "
+                 "skipped" if self.options.compute.mixed_precision == "fp16" else "")
+        return (f"step {trainer.step:,}/{self.options.budget_steps:,} | {trainer.samples:,} "
+                f"samples | {overall:,.1f} samples/s | loss {losses['total_loss']:.4f} | lr "
+                f"{losses['learning_rate']:.3g} | {ahead}{last}{scale}")
 
 
 class _CallPace:
@@ -548,6 +624,13 @@ class _CallPace:
             self.per_update = seconds / updates
 
 
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m{rest % 60:02d}s" if hours else \
+        f"{rest // 60}m{rest % 60:02d}s"
+
+
 def _eval_line(number: int, step: int, samples: int, metrics: dict[str, float],
                target: float, seconds: float) -> str:
     """The console line of eval `number`: where, the accuracy against the target, how long."""
@@ -556,26 +639,3 @@ def _eval_line(number: int, step: int, samples: int, metrics: dict[str, float],
     return (f"eval {number} at step {step:,} ({samples:,} samples): masked_lm_accuracy "
             f"{accuracy:.4f} ({verdict}), masked_lm_loss {metrics['masked_lm_loss']:.4f}, "
             f"{seconds:.1f} s")
-
-
-def _progress_line(options: RunOptions, trainer, losses: dict, overall: float, update: int,
-                   eval_due: int | None, budget_updates: int,
-                   evals: list[tuple[int, dict[str, float]]], eval_now: bool) -> str:
-    """The live line: step, samples, speed since the start of this process (samples/s),
-    loss, learning rate, time to the next eval (or, without evals, to the step budget), the
-    accuracy of the last eval; with fp16 the loss scale."""
-    to_budget = (budget_updates - update) * options.global_batch_size
-    if eval_now:
-        ahead = "eval now"
-    elif eval_due is not None and eval_due - trainer.samples < to_budget:
-        ahead = (f"next eval in {_duration((eval_due - trainer.samples) / max(overall, 1e-9))} "
-                 f"(at {eval_due:,})")
-    else:
-        ahead = f"step budget in {_duration(to_budget / max(overall, 1e-9))}"
-    last = f" | last eval {evals[-1][1]['masked_lm_accuracy']:.4f}" if evals else ""
-    scale = (f" | loss scale {losses['loss_scale']:g}, {losses['skipped_updates']} updates "
-             "skipped"
-             if options.mixed_precision == "fp16" else "")
-    return (f"step {trainer.step:,}/{options.budget_steps:,} | {trainer.samples:,} samples | "
-            f"{overall:,.1f} samples/s | loss {losses['total_loss']:.4f} | lr "
-            f"{losses['learning_rate']:.3g} | {ahead}{last}{scale}")

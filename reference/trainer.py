@@ -1,67 +1,10 @@
-"""The compiled pre-training and evaluation steps, under any tf.distribute strategy.
+"""The compiled pre-training and evaluation steps under any tf.distribute strategy (`Trainer`),
+and the keyed dropout that makes a resumed or XLA-compiled run draw the same masks.
 
-One *update* is `steps_per_update` micro-batches on every replica:
-
-    for each micro-batch (a tf.while_loop inside the replica when n > 1):
-        loss = masked-LM + next-sentence loss (reference.losses), float32
-        g = d loss / d weights, densified
-        clip g to global norm 1.0              (unless clip_after_allreduce)
-        accumulate g / n
-    all-reduce the accumulated gradients (mean over replicas)
-    clip to global norm 1.0                    (only with clip_after_allreduce)
-    apply one optimizer update, its learning rate read at micro-step  global_step + n - 1
-    global_step += n (micro-steps, the MLCommons reference's count); trained_samples += n * batch
-
-Clipping before the all-reduce, per micro-batch and per replica, is what the MLCommons reference
-does (TF1 `clip_by_global_norm` ahead of CrossShardOptimizer / the GradientAggregationOptimizer);
-`clip_after_allreduce` is the MLCommons reference's
-`--clip_by_global_norm_after_gradient_allreduce`, which clips the averaged gradient once and makes n
-micro-batches of b exactly one batch of n*b.
-
-The optimizer update runs in cross-replica context (`merge_call`): each variable is updated by
-`strategy.extended.update`, once per device copy, with the optimizer's per-variable
-`update_variable`, so the optimizer's arithmetic is the single-device one.
-
-Packed rows (`packed`): a batch holds a varying number of sequences. Each update first
-all-reduces the sum of its masked-LM weights and its number of sequences, and every micro-batch's
-loss is normalised by those (`reference.losses`), so the update's gradient is that of one
-unpacked batch of the same sequences however they are split over rows, replicas and
-micro-batches; for the same reason the gradient is clipped once, after the all-reduce (a
-micro-batch's part of the gradient is no gradient of its own), and trained_samples counts the
-sequences.
-
-`train_steps(iterator, k, stop_samples)` runs up to k updates in one `tf.function` call (a
-`tf.range` loop: the MLCommons reference's iterations_per_loop), ending early after the update
-that reaches `stop_samples` trained samples (the next eval, when an update's sample count
-varies); `evaluate(dataset)` sums `reference.losses.metric_sums`
-over a finite padded eval set and returns `EvalMetrics`.
-
-Dropout is stateless: each mask is drawn from a seed derived from (run seed, micro-step, replica,
-dropout layer), see `DropoutKeys`. Keras's own dropout ops keep their random stream in the
-process, which restarts with each process; with keyed masks a run resumed from a checkpoint at
-micro-step S draws exactly the masks an uninterrupted run draws from S on. The run seed is a
-checkpointed counter (`run_seed`), so a resumed run keeps it whatever --seed says. The masks
-are thresholded raw Philox bits (`keyed_dropout`), which XLA and TensorFlow's own kernels
-produce alike (their uniform floats differ), so compiling with XLA changes no mask.
-
-The LAMB / AdamW update of each variable is always one `jit_compile` function (compiled once per
-variable, as Keras's optimizers do): it is elementwise work over every weight and its two
-moments, which XLA fuses into a few passes where TensorFlow's kernels make about seventeen
-(BERT-base on 2 CPU cores: 0.5 s per step down to 0.3 s).
-
-XLA (`use_xla`): each replica's forward and backward passes with the micro-batch loop,
-accumulation and clipping are one more `jit_compile` function, and the eval step another; the
-loop over updates, the input iterator, the all-reduce and the loss-scale decision
-stay outside, in the `tf.function`. Every shape is static (batches have fixed sizes), so each
-function is traced and compiled once: `trace_counts()` reports it. On TPUs the whole step is
-compiled anyway and `use_xla` changes nothing.
-
-Mixed precision (`"bf16"`, `"fp16"`): the model computes in the reduced type with float32
-variables (Keras mixed policy); logits are cast to float32 before the losses. fp16 adds dynamic
-loss scaling: the loss is multiplied by `loss_scale` (initially 2**15), gradients divided by it;
-an update whose gradients are not all finite is skipped and halves the scale; after
-`LOSS_SCALE_GROWTH_INTERVAL` good updates in a row the scale doubles. Skipped updates still
-count their micro-steps and samples.
+An update is `steps_per_update` micro-batches on every replica: their gradients are clipped
+(per micro-batch, as the MLCommons reference does, or once after the all-reduce), averaged,
+all-reduced and applied once in cross-replica context, each variable's LAMB/AdamW update a
+`jit_compile` function. Step counters are micro-steps, as in the MLCommons reference.
 """
 from __future__ import annotations
 
@@ -214,21 +157,25 @@ class Trainer:
     Args:
       strategy: the tf.distribute strategy (variables are created in its scope).
       config: the BERT configuration.
-      optimizer: OptimizerSettings.
+      optimizer: OptimizerSettings (with where the gradient is clipped).
       train_batch_size: global records per micro-step (all replicas).
       steps_per_update: micro-batches accumulated per optimizer update.
-      clip_after_allreduce: clip the averaged gradient once instead of each replica's
-        micro-batch gradient (see the module docstring).
       mixed_precision: "none", "bf16" or "fp16" (set the Keras policy first:
-        `set_mixed_precision`).
-      use_xla: compile the replica steps and the eval step with XLA (module docstring); the
-        optimizer update is compiled either way.
+        `set_mixed_precision`). fp16 scales the loss by `loss_scale` (2**15 at first): an
+        update with non-finite gradients is skipped and halves it, and
+        LOSS_SCALE_GROWTH_INTERVAL good updates in a row double it.
+      use_xla: compile each replica's forward and backward passes (with the micro-batch loop,
+        accumulation and clipping) and the eval step with XLA; the loop over updates, the
+        iterator and the all-reduce stay outside. TPUs compile everything anyway.
       recompute_layers: recompute each transformer layer in the backward pass instead of
         keeping its activations (`BertPretrainingModel`; less memory, more compute).
       masked_lm_block_rows: the most masked-LM rows whose [rows, vocab] logits are formed at
         once in the losses and metrics (`reference.losses`; 0: all rows of a batch).
-      packed: the training batches are packed rows (module docstring); train_batch_size still
-        counts sequences (the nominal global batch).
+      packed: the training batches are packed rows. Each update first all-reduces its
+        masked-LM weight and sequence count and normalises every micro-batch's loss by them,
+        so the gradient is that of an unpacked batch of the same sequences, clipped once after
+        the all-reduce. train_batch_size still counts sequences (the nominal global batch);
+        trained_samples counts the sequences trained.
 
     Counters (checkpointed with the model and optimizer): `global_step` (micro-steps),
     `trained_samples`, `target_reached` (1 once an eval reached the target), `run_seed` (data
@@ -239,7 +186,7 @@ class Trainer:
 
     def __init__(self, strategy: tf.distribute.Strategy, config: BertConfig,
                  optimizer: OptimizerSettings, train_batch_size: int, steps_per_update: int = 1,
-                 clip_after_allreduce: bool = False, mixed_precision: str = "none",
+                 mixed_precision: str = "none",
                  use_xla: bool = False, recompute_layers: bool = False,
                  masked_lm_block_rows: int = MASKED_LM_BLOCK_ROWS, packed: bool = False):
         self.strategy = strategy
@@ -248,7 +195,8 @@ class Trainer:
         self.train_batch_size = int(train_batch_size)
         self.steps_per_update = int(steps_per_update)
         self.packed = bool(packed)
-        self.clip_after_allreduce = bool(clip_after_allreduce) or self.packed
+        # A packed micro-batch's share of the gradient is no gradient of its own: clip the sum.
+        self.clip_after_allreduce = optimizer.clip_after_allreduce or self.packed
         # Replicas x micro-batches: what the update averages each micro-batch's gradient over.
         self._share = strategy.num_replicas_in_sync * self.steps_per_update
         self.mixed_precision = mixed_precision

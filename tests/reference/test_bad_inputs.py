@@ -253,7 +253,7 @@ def demo_options(*extra: str):
         f"--bert_config_file={presets / 'demo_bert_config.json'}", "--train_batch_size=32",
         "--eval_batch_size=50", "--max_seq_length=512", "--max_predictions_per_seq=76",
         "--recompute_layers", *extra))
-    return options, load_bert_config(options.bert_config_file)
+    return options, load_bert_config(options.model.bert_config_file)
 
 
 def test_memory_bound_stays_below_what_a_run_really_takes():
@@ -425,9 +425,9 @@ def test_eval_file_is_checked_in_full_by_the_flag_checks(tmp_path, damage, probl
         preflight(options_from_flags(parse(*run_args(data, tmp_path / "out"))))
     assert str(err.value).startswith(f"--eval_file: {bad}: record {BAD_INDEX}: {problem}")
     # Only the records evaluated are read: eval_batch_size * max_eval_steps = 100 of them.
-    options = preflight(options_from_flags(parse(*run_args(data, tmp_path / "out",
-                                                             max_eval_steps=1))))
-    assert options.eval_records == 100
+    inputs = preflight(options_from_flags(parse(*run_args(data, tmp_path / "out",
+                                                            max_eval_steps=1))))
+    assert inputs.eval.sequences == 100
 
 
 def test_eval_files_that_match_nothing_or_hold_nothing(data, tmp_path):

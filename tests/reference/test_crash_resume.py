@@ -68,7 +68,8 @@ def train_in_process(data: dict, out: Path, **extra) -> RunResult:
     values = {**data, **RUN_FLAGS, "output_dir": out, **extra}
     flag_values = define_flags(flags.FlagValues())
     flag_values(["run_pretraining", *(f"--{k}={v}" for k, v in values.items())])
-    return train(preflight(options_from_flags(flag_values)))
+    options = options_from_flags(flag_values)
+    return train(options, preflight(options))
 
 
 def checkpoint_values(prefix: str) -> dict[str, np.ndarray]:

@@ -14,7 +14,8 @@ from benchmark import cadence
 from cleanup_scripts.pretraining_features import RecordLayout
 from reference import input_pipeline, presets
 from reference.preflight import preflight
-from reference.run_flags import UsageError, apply_preset, define_flags
+from reference.optimizer_settings import DEFAULT_OPTIMIZER
+from reference.run_flags import UsageError, define_flags, read_flags
 from reference.run_options import options_from_flags
 from tests.reference import synthetic_data
 
@@ -38,14 +39,17 @@ def base_args(data, tmp_path, **extra) -> list[str]:
 
 
 def test_valid_flags_become_run_options(data, tmp_path):
-    options = preflight(options_from_flags(parse(*base_args(
-        data, tmp_path, eval_batch_size=16, max_eval_steps=10, seed=5))))
-    assert options.input_files == sorted(options.input_files) and len(options.input_files) == 2
-    assert options.eval_records == 40  # fewer than 16 x 10: each record once
-    assert options.eval_frequency == cadence.eval_frequency(8) == 150_000
-    assert options.global_batch_size == 8 and options.budget_steps == 40
-    assert options.mlperf_log == str(tmp_path / "out" / "mlperf.log")
-    assert options.noncompliant == ["the eval covers 40 records, not the benchmark's 10,000"]
+    options = options_from_flags(parse(*base_args(
+        data, tmp_path, eval_batch_size=16, max_eval_steps=10, seed=5)))
+    inputs = preflight(options)
+    files = inputs.train.files
+    assert files == tuple(sorted(files)) and len(files) == 2
+    assert inputs.eval.sequences == 40  # fewer than 16 x 10: each record once
+    assert options.eval.frequency == cadence.eval_frequency(8) == 150_000
+    assert options.data.global_batch_size == 8 and options.budget_steps == 40
+    assert options.output.mlperf_log == str(tmp_path / "out" / "mlperf.log")
+    assert options.submission.noncompliant == ()
+    assert inputs.noncompliant == ("the eval covers 40 records, not the benchmark's 10,000",)
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -78,12 +82,13 @@ def test_files_that_do_not_fit_are_input_errors(data, tmp_path):
 
 
 def test_noncompliant_cadence_and_target_are_recorded(data, tmp_path):
-    options = preflight(options_from_flags(parse(*base_args(
+    options = options_from_flags(parse(*base_args(
         data, tmp_path, eval_frequency_samples=1000, noncompliant_eval_frequency="true",
-        target_mlm_accuracy=0.5))))
-    assert options.eval_frequency == 1000
-    assert any("evals every 1,000 samples" in reason for reason in options.noncompliant)
-    assert any("target masked-LM accuracy 0.5" in reason for reason in options.noncompliant)
+        target_mlm_accuracy=0.5)))
+    reasons = options.submission.noncompliant
+    assert options.eval.frequency == 1000
+    assert any("evals every 1,000 samples" in reason for reason in reasons)
+    assert any("target masked-LM accuracy 0.5" in reason for reason in reasons)
 
 
 def test_eval_cadence_is_the_first_update_at_or_after_each_multiple():
@@ -133,17 +138,18 @@ def test_v100_preset_has_the_readme_values():
 
 def test_every_preset_parses_into_flags(tmp_path):
     for name in presets.available():
-        values = define_flags(flags.FlagValues())
-        values(["run_pretraining", f"--preset={name}", f"--data_dir={tmp_path}"])
-        applied = apply_preset(values)
-        assert "train_batch_size" in applied and values.do_train, name
+        values = read_flags(parse(f"--preset={name}", f"--data_dir={tmp_path}"))
+        preset = presets.resolve(name, str(tmp_path))
+        assert values["train_batch_size"] == preset["train_batch_size"], name
+        assert values["do_train"], name
 
 
 def test_command_line_flags_win_over_the_preset():
-    values = parse("--preset=v3-128", "--data_dir=gs://b/d", "--train_batch_size=4096")
-    applied = apply_preset(values)
-    assert values.train_batch_size == 4096 and "train_batch_size" not in applied
-    assert values.learning_rate == 0.00288293
+    parsed = parse("--preset=v3-128", "--data_dir=gs://b/d", "--train_batch_size=4096")
+    values = read_flags(parsed)
+    assert values["train_batch_size"] == 4096
+    assert values["learning_rate"] == 0.00288293
+    assert parsed.learning_rate == DEFAULT_OPTIMIZER.learning_rate  # the flags stay as parsed
 
 
 def test_preset_errors():

@@ -30,7 +30,7 @@ from cleanup_scripts.pretraining_features import encode_examples, write_records
 from reference import checkpoint as ckpt
 from cleanup_scripts.pretraining_features import RecordLayout
 from reference import input_pipeline
-from reference.preflight import preflight
+from reference.preflight import CheckedInputs, preflight
 from reference.run_flags import UsageError, define_flags
 from reference.run_loop import train
 from reference.run_options import RunOptions, options_from_flags
@@ -63,11 +63,13 @@ def flag_list(data: dict, out: Path, **extra) -> list[str]:
     return [f"--{key}={value}" for key, value in values.items() if value is not None]
 
 
-def options(data: dict, out: Path, **extra) -> RunOptions:
-    """RunOptions of RUN_FLAGS with `extra` (a value None drops the flag)."""
+def checked(data: dict, out: Path, **extra) -> tuple[RunOptions, CheckedInputs]:
+    """The options of RUN_FLAGS with `extra` (a value None drops the flag), and their inputs
+    as preflight checked them."""
     values = define_flags(flags.FlagValues())
     values(["run_pretraining", *flag_list(data, out, **extra)])
-    return preflight(options_from_flags(values))
+    options = options_from_flags(values)
+    return options, preflight(options)
 
 
 def run_cli(data: dict, out: Path, **extra) -> subprocess.CompletedProcess:
@@ -98,7 +100,7 @@ def data(tmp_path_factory) -> dict:
 def stopped(data, tmp_path_factory) -> Path:
     """A run stopped after STOPPED_AT steps of batch 8 (checkpoints every 4 steps)."""
     out = tmp_path_factory.mktemp("stopped") / "out"
-    result = train(options(data, out, stop_steps=STOPPED_AT))
+    result = train(*checked(data, out, stop_steps=STOPPED_AT))
     assert (result.step, result.samples) == (STOPPED_AT, STOPPED_AT * 8)
     return out
 
@@ -182,7 +184,7 @@ def test_each_run_defining_flag_is_compared_on_resume(data, stopped, relu_config
     if extra.pop("one_file", False):
         extra["input_file"] = data["input_file"].replace("*", "00000-of-00002")
     with pytest.raises(UsageError) as err:
-        train(options(data, out, **extra))
+        train(*checked(data, out, **extra))
     message = str(err.value)
     assert message.startswith(f"{flag}: the checkpoint in {out} was trained with {old}")
     assert f", this run asks for {new}" in message and "\n" not in message
@@ -192,7 +194,7 @@ def test_each_run_defining_flag_is_compared_on_resume(data, stopped, relu_config
 
 def test_flags_that_do_not_change_the_run_may_change_on_resume(data, stopped, tmp_path):
     out = copy_run(stopped, tmp_path)
-    result = train(options(data, out, stop_steps=16, iterations_per_loop=4,
+    result = train(*checked(data, out, stop_steps=16, iterations_per_loop=4,
                            save_checkpoints_steps=8, keep_checkpoint_max=3,
                            eval_batch_size=50, max_eval_steps=4, seed=None))
     assert (result.status, result.step, result.samples) == ("aborted", 16, 128)
@@ -216,7 +218,7 @@ def test_checkpoint_without_stored_settings_is_refused(data, stopped, tmp_path):
     assert "run_settings/.ATTRIBUTES/VARIABLE_VALUE" not in \
         tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
     with pytest.raises(UsageError) as err:
-        train(options(data, out))
+        train(*checked(data, out))
     assert str(err.value) == (f"--output_dir: {prefix} does not store the settings of the run "
                               "that wrote it (an older version of this trainer did not), so "
                               "this run's flags cannot be checked against it; use a new "
@@ -302,7 +304,7 @@ def with_bad_record(data: dict, tmp_path: Path, target: str, index: int, **colum
 def test_first_training_record_with_an_id_out_of_range_fails_the_flag_checks(data, tmp_path):
     bad = with_bad_record(data, tmp_path, "part-00001-of-00002", 0, input_ids=(4, 40000))
     with pytest.raises(input_pipeline.InputError) as err:
-        options(bad, tmp_path / "out")
+        checked(bad, tmp_path / "out")
     assert str(err.value) == (f"--input_file: {tmp_path / 'data' / 'part-00001-of-00002'}: "
                               f"record 0: input_ids has id 40000 >= vocab_size {VOCAB} of "
                               "--bert_config_file")
@@ -311,7 +313,7 @@ def test_first_training_record_with_an_id_out_of_range_fails_the_flag_checks(dat
 def test_eval_record_with_an_id_out_of_range_fails_the_flag_checks(data, tmp_path):
     bad = with_bad_record(data, tmp_path, "eval_10k", BAD_INDEX, segment_ids=(7, 3))
     with pytest.raises(input_pipeline.InputError) as err:
-        options(bad, tmp_path / "out")
+        checked(bad, tmp_path / "out")
     assert str(err.value) == (f"--eval_file: {tmp_path / 'data' / 'eval_10k'}: record "
                               f"{BAD_INDEX}: segment_ids has id 3 >= type_vocab_size 2 of "
                               "--bert_config_file")
@@ -365,7 +367,7 @@ def test_mlperf_log_that_cannot_be_written_stops_before_init_start(data, tmp_pat
     (tmp_path / "file").write_text("not a folder")
     log = tmp_path / "file" / "mlperf.log"
     with pytest.raises(OutputError) as err:
-        train(options(data, tmp_path / "out", mlperf_log=log))
+        train(*checked(data, tmp_path / "out", mlperf_log=log))
     assert str(err.value) == f"--mlperf_log: {log}: cannot write (Not a directory)"
     assert not list((tmp_path / "out").glob(f"{CHECKPOINT_NAME}*"))
 
@@ -375,7 +377,7 @@ def test_summaries_that_cannot_be_written_are_one_line(data, tmp_path):
     out.mkdir()
     (out / "train").write_text("a file where the summaries' folder goes")
     with pytest.raises(OutputError) as err:
-        train(options(data, out))
+        train(*checked(data, out))
     assert str(err.value) == f"--output_dir: {out / 'train'}: cannot write (Not a directory)"
     assert not (out / "mlperf.log").exists()  # found before the log is opened
 

@@ -1,0 +1,76 @@
+"""What a run writes in --output_dir besides the MLPerf log: checkpoints, eval_results.txt (the
+last eval), eval_history.csv (every eval) and TensorBoard scalars. A write that fails is an
+OutputError naming the file.
+"""
+from __future__ import annotations
+
+import os
+
+from absl import logging
+
+from reference.error_text import writing
+
+EVAL_RESULTS = "eval_results.txt"
+EVAL_HISTORY = "eval_history.csv"
+
+
+def save_checkpoint(manager, step: int) -> None:
+    """Save checkpoint `<name>-<step>` with the tf.train.CheckpointManager `manager` (a save
+    that fails leaves an incomplete checkpoint, skipped when the run is started again)."""
+    from reference.trainer import CHECKPOINT_NAME
+    with writing("--output_dir", os.path.join(manager.directory, f"{CHECKPOINT_NAME}-{step}")):
+        manager.save(checkpoint_number=step)
+
+
+def summary_writer(output_dir: str, folder: str, chief: bool):
+    """The TensorBoard writer of OUTPUT_DIR/<folder> (the chief's; other workers write none)."""
+    import tensorflow as tf
+    if not chief:
+        return tf.summary.create_noop_writer()
+    path = os.path.join(output_dir, folder)
+    with writing("--output_dir", path):
+        return tf.summary.create_file_writer(path)
+
+
+def write_scalars(writer, folder: str, step: int, values: dict[str, float]) -> None:
+    """TensorBoard scalars at global step `step` as Summary simple_values (what TensorBoard's
+    scalar readers and EventAccumulator.Scalars list; tf.summary.scalar writes tensors);
+    `folder` names the writer's folder in an error."""
+    import tensorflow as tf
+    summary = tf.compat.v1.Summary(value=[tf.compat.v1.Summary.Value(tag=tag,
+                                                                     simple_value=float(value))
+                                          for tag, value in values.items()])
+    with writing("--output_dir", folder), writer.as_default(step=step):
+        tf.summary.experimental.write_raw_pb(summary.SerializeToString(), step=step)
+
+
+def write_eval(output_dir: str, step: int, samples: int, metrics: dict[str, float],
+               writer) -> None:
+    """An eval's outputs at global step `step` after `samples` samples: eval_results.txt, a row
+    of eval_history.csv and the scalars of `writer` (OUTPUT_DIR/eval), flushed."""
+    _write_eval_results(output_dir, step, samples, metrics)
+    write_scalars(writer, os.path.join(output_dir, "eval"), step, metrics)
+    with writing("--output_dir", os.path.join(output_dir, "eval")):
+        writer.flush()
+
+
+def _write_eval_results(output_dir: str, step: int, samples: int,
+                        metrics: dict[str, float]) -> None:
+    """eval_results.txt (the last eval, written whole) and one row of eval_history.csv
+    (global_step, samples, then the metrics in name order; the header with the first row)."""
+    import tensorflow as tf
+    path = os.path.join(output_dir, EVAL_RESULTS)
+    lines = [f"global_step = {step}"] + [f"{key} = {metrics[key]}" for key in sorted(metrics)]
+    partial = f"{path}.partial-{os.getpid()}"  # written whole, then renamed over the old one
+    history = os.path.join(output_dir, EVAL_HISTORY)
+    with writing("--output_dir", path):
+        with tf.io.gfile.GFile(partial, "w") as out:
+            out.write("\n".join(lines) + "\n")
+        tf.io.gfile.rename(partial, path, overwrite=True)
+        new = not tf.io.gfile.exists(history)
+        with tf.io.gfile.GFile(history, "a") as out:
+            if new:
+                out.write(",".join(["global_step", "samples", *sorted(metrics)]) + "\n")
+            out.write(",".join([str(step), str(samples)] +
+                               [repr(float(metrics[key])) for key in sorted(metrics)]) + "\n")
+    logging.debug("eval results (%s): %s", path, ", ".join(lines))
