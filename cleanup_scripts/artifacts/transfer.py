@@ -49,7 +49,8 @@ class Retryable(Exception):
 
 
 class LoginRequired(InputError):
-    """The source answered with a redirect to a Cloudflare Access login instead of the file."""
+    """The source wants credentials: HTTP 401 or 403, or a redirect to a Cloudflare Access
+    login, instead of the file."""
 
 
 def _shut(sock: socket.socket) -> None:
@@ -216,7 +217,8 @@ def _open_source(url: str, offset: int, session: requests.Session
             words = f"HTTP {status} {printable(' '.join(str(response.reason).split()))}"
             if status in RETRY_STATUSES:
                 raise Retryable(words)
-            raise InputError(f"{printable(url)}: {words}")
+            refused = LoginRequired if status in (401, 403) else InputError
+            raise refused(f"{printable(url)}: {words}")
         start = offset if status == 206 else 0
         if status == 206 and not response.headers.get("Content-Range", "").startswith(
                 f"bytes {offset}-"):

@@ -131,12 +131,13 @@ class Replica:
 
 
 class Bucket:
-    """A loopback HTTP server with Range support; `protected` mimics Cloudflare Access."""
+    """A loopback HTTP server with Range support; `protected` mimics Cloudflare Access: a
+    redirect to its login (302), or a refusal (403), without the token."""
 
     def __init__(self):
         self.files = {}
         self.requests = []  # (path, Range header)
-        self.protected = False
+        self.protected = None  # None, 302 or 403
         self.cut = {}  # path -> bytes to send once before hanging up
         bucket = self
 
@@ -146,7 +147,10 @@ class Bucket:
 
             def do_GET(self):
                 bucket.requests.append((self.path, self.headers.get("Range")))
-                if bucket.protected and self.headers.get("cf-access-token") != TOKEN:
+                if bucket.protected == 403 and self.headers.get("cf-access-token") != TOKEN:
+                    self.send_error(403)
+                    return
+                if bucket.protected == 302 and self.headers.get("cf-access-token") != TOKEN:
                     self.send_response(302)
                     self.send_header("Location", LOGIN)
                     self.send_header("Content-Length", "0")
@@ -425,14 +429,17 @@ def test_an_interrupted_download_resumes_with_a_range_request(bucket, replica, t
 # When the bucket asks for a login: the official downloader, then --from_dir
 
 
+@pytest.mark.parametrize("answer, words", [(302, "asks for a Cloudflare Access login"),
+                                           (403, "HTTP 403 Forbidden")])
 def test_a_login_is_one_line_naming_the_downloader_and_from_dir(bucket, replica, tables,
-                                                                 downloader, tmp_path, capsys):
-    bucket.protected = True
+                                                                 downloader, tmp_path, capsys,
+                                                                 answer, words):
+    bucket.protected = answer
     out = tmp_path / "out"
     assert run_cli(r2_args(out, bucket, tables, "--artifacts=all")) == 1
     uri = f"{bucket.url}/metadata/{INPUTS}.uri"
     assert error_line(capsys) == (
-        f"error: {uri}: asks for a Cloudflare Access login: get the dataset with the official "
+        f"error: {uri}: {words}: get the dataset with the official "
         f"downloader (`curl -fsSLO https://raw.githubusercontent.com/mlcommons/r2-downloader/"
         f"refs/heads/main/mlc-r2-downloader.sh`, then `bash mlc-r2-downloader.sh -d DIR {uri}`) "
         f"and pass --from_dir=DIR")
