@@ -418,23 +418,30 @@ def upload_tree(source_dir: str | os.PathLike, url: str | GcsUrl, nworker: int =
     commit = [local for local in files if local.relative == MANIFEST]
     data = sorted((local for local in files if local.relative != MANIFEST),
                   key=lambda local: -local.size)  # big files first: a shorter tail
-    remote = existing.get(MANIFEST)
-    if commit and remote and (remote.size, remote.md5) != (commit[0].size,
-                                                           md5_file(commit[0].path)):
-        try:
-            client.bucket(url.bucket).blob(remote.name).delete(
-                client=client, if_generation_match=remote.generation, retry=retry_policy(),
-                timeout=TIMEOUT_S)
-        except api_exceptions.NotFound:
-            pass
-        except _API_ERRORS as err:
-            raise _api_error(url.child(MANIFEST), err) from err
-        del existing[MANIFEST]
+    if commit and MANIFEST in existing:
+        _delete_stale_manifest(client, url, commit[0], existing)
 
     def send(items: list[LocalFile], desc: str) -> list[Transfer]:
         return _in_threads(lambda local: upload_file(
             client, url, local, existing.get(local.relative), chunk_size), items, nworker, desc)
     return send(data, "upload") + send(commit, f"upload {MANIFEST}")
+
+
+def _delete_stale_manifest(client: storage.Client, url: GcsUrl, manifest: LocalFile,
+                           existing: dict[str, RemoteObject]) -> None:
+    """Delete the bucket's manifest unless it is `manifest` (and drop it from `existing`)."""
+    remote = existing[MANIFEST]
+    if (remote.size, remote.md5) == (manifest.size, md5_file(manifest.path)):
+        return
+    try:
+        client.bucket(url.bucket).blob(remote.name).delete(
+            client=client, if_generation_match=remote.generation, retry=retry_policy(),
+            timeout=TIMEOUT_S)
+    except api_exceptions.NotFound:
+        pass
+    except _API_ERRORS as err:
+        raise _api_error(url.child(MANIFEST), err) from err
+    del existing[MANIFEST]
 
 
 def _safe_path(root: Path, relative: str, where: str) -> Path:
