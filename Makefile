@@ -18,7 +18,7 @@ DIR      ?= $(OUT)
 BUCKET   ?=
 # make download: official artifacts (config, vocab, tf1_ckpt, tf2_ckpt, dump, results; or all),
 # from SOURCE (r2, the MLCommons bucket, by default; url) or from FROM_DIR, a folder
-# mlc-r2-downloader.sh filled. DOWNLOAD_ARGS: more flags (--r2_downloader=PATH, --decompress).
+# mlc-r2-downloader.sh filled. DOWNLOAD_ARGS: more flags (--decompress, --retries=N).
 ARTIFACTS ?= config,vocab
 SOURCE    ?= r2
 FROM_DIR  ?=
@@ -80,12 +80,12 @@ preprocess:
 	$(PY) -m cleanup_scripts.preprocess $(PREPROCESS_FLAGS) $(PREPROCESS_ARGS)
 
 download:
-	$(PY) -m cleanup_scripts.download --output_dir=$(call q,$(DIR)) --artifacts=$(call q,$(ARTIFACTS)) \
+	$(PY) -m cleanup_scripts.artifacts.download --output_dir=$(call q,$(DIR)) --artifacts=$(call q,$(ARTIFACTS)) \
 		--source=$(call q,$(SOURCE)) $(if $(FROM_DIR),--from_dir=$(call q,$(FROM_DIR))) $(DOWNLOAD_ARGS)
 
 upload:
 	$(if $(BUCKET),,$(error give BUCKET=gs://bucket/prefix))
-	$(PY) -m cleanup_scripts.upload --bucket=$(call q,$(BUCKET)) --source_dir=$(call q,$(OUT)) \
+	$(PY) -m cleanup_scripts.artifacts.upload --bucket=$(call q,$(BUCKET)) --source_dir=$(call q,$(OUT)) \
 		--nworker=$(call q,$(NWORKER))
 
 verify:

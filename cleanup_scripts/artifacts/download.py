@@ -1,6 +1,6 @@
 """Fetch the benchmark's official inputs and verify each md5 before it takes its name.
 
-    python -m cleanup_scripts.download --output_dir=DIR [--artifacts=config,vocab]
+    python -m cleanup_scripts.artifacts.download --output_dir=DIR [--artifacts=config,vocab]
         [--source=r2|url] [--url NAME=URL ...] [--base_url=URL] [--from_dir=DIR]
         [--decompress] [--retries=3] [--list]
 
@@ -147,7 +147,7 @@ def _plan(paths: list[str], results: bool, known: Mapping[str, checksums.Artifac
 def _parser() -> argparse.ArgumentParser:
     """The command line's flags."""
     parser = argparse.ArgumentParser(
-        prog="python -m cleanup_scripts.download",
+        prog="python -m cleanup_scripts.artifacts.download",
         description="Download the MLPerf BERT inputs and verify their official md5s.")
     parser.add_argument("--output_dir", required=True, help="Where the files are placed.")
     parser.add_argument("--artifacts", default=DEFAULT_ARTIFACTS,

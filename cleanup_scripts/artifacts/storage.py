@@ -1,8 +1,8 @@
 """Google Cloud Storage for the dataset: `gs://` URLs, listings with md5s, and parallel,
 md5-checked uploads and downloads through google-cloud-storage's own transfers.
 
-    python -m cleanup_scripts.storage ls gs://bucket/prefix
-    python -m cleanup_scripts.storage download gs://bucket/prefix DIR [--nworker=8]
+    python -m cleanup_scripts.artifacts.storage ls gs://bucket/prefix
+    python -m cleanup_scripts.artifacts.storage download gs://bucket/prefix DIR [--nworker=8]
 
 `manifest.tsv` is the commit record: an upload sends it last, once every file it lists is in
 the bucket; a download first checks that every file it lists is there with its size and md5.

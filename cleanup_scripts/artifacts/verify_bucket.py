@@ -15,7 +15,7 @@ from cleanup_scripts.artifacts import storage
 from cleanup_scripts.artifacts.verify_dir import Finding, judge
 
 NO_MD5 = ("no md5 in the object's metadata (a composite object?): re-upload it with "
-          "cleanup_scripts.upload")
+          "cleanup_scripts.artifacts.upload")
 
 
 def check_remote_artifact(objects: dict[str, storage.RemoteObject],

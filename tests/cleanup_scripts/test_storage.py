@@ -154,7 +154,7 @@ def test_gs_urls_parse_and_md5s_convert():
 
 def test_upload_then_verify_the_bucket_copy(dataset, bucket):
     url = f"gs://{bucket}/bert"
-    result = run_module("cleanup_scripts.upload", f"--bucket={url}",
+    result = run_module("cleanup_scripts.artifacts.upload", f"--bucket={url}",
                         f"--source_dir={dataset}", "--nworker=4")
     assert f"upload: 7 files to {url}: 7 transferred" in result.stdout
     assert "upload: 7 files, 7 records" in result.stderr  # the summary line, with MB and MB/s
@@ -163,7 +163,7 @@ def test_upload_then_verify_the_bucket_copy(dataset, bucket):
     expected["manifest.tsv"] = md5_of(dataset / "manifest.tsv")
     assert bucket_md5s(url) == expected  # nothing hidden (.state/) went up
 
-    again = run_module("cleanup_scripts.upload", f"--bucket={url}", f"--source_dir={dataset}")
+    again = run_module("cleanup_scripts.artifacts.upload", f"--bucket={url}", f"--source_dir={dataset}")
     assert "0 transferred, 7 already there with the right md5" in again.stdout
 
     verified = run_module("cleanup_scripts.verify", url)
@@ -176,7 +176,7 @@ def test_upload_then_verify_the_bucket_copy(dataset, bucket):
 
 def test_verify_names_a_corrupted_object_and_upload_repairs_it(dataset, bucket):
     url = f"gs://{bucket}/bert"
-    run_module("cleanup_scripts.upload", f"--bucket={url}", f"--source_dir={dataset}")
+    run_module("cleanup_scripts.artifacts.upload", f"--bucket={url}", f"--source_dir={dataset}")
     vocab = bytearray(cleanup_scripts.VOCAB_FILE.read_bytes())
     vocab[100] ^= 1  # same size, another md5
     client = storage.make_client()
@@ -188,7 +188,7 @@ def test_verify_names_a_corrupted_object_and_upload_repairs_it(dataset, bucket):
             f"expected 64800d5d8528ce344256daf115d4965e]") in result.stdout
     assert "2 ok, 1 differ, 36 missing" in result.stdout
 
-    repaired = run_module("cleanup_scripts.upload", f"--bucket={url}", f"--source_dir={dataset}")
+    repaired = run_module("cleanup_scripts.artifacts.upload", f"--bucket={url}", f"--source_dir={dataset}")
     assert "1 transferred, 6 already there" in repaired.stdout
     assert run_module("cleanup_scripts.verify", url).returncode == 0
 
@@ -218,7 +218,7 @@ def test_upload_refuses_a_file_changed_since_the_manifest_before_sending_anythin
     part = dataset / "results" / "part-00100-of-00500"
     manifest_md5, file_md5 = flip_first_byte(part)
     url = f"gs://{bucket}/bert"
-    result = run_module("cleanup_scripts.upload", f"--bucket={url}",
+    result = run_module("cleanup_scripts.artifacts.upload", f"--bucket={url}",
                         f"--source_dir={dataset}", check=False)
     assert result.returncode == 1
     assert result.stderr == (
@@ -290,9 +290,9 @@ def test_a_bad_bucket_name_is_one_line_before_any_request(dataset, monkeypatch):
     url = "gs://Bad_Name!!/x"
     expected = (f"error: {url}: invalid bucket name 'Bad_Name!!': '!', 'B', 'N' not allowed "
                 f"(only lowercase letters, digits, '-', '_' and '.')\n")
-    for args in (["cleanup_scripts.upload", f"--bucket={url}", f"--source_dir={dataset}"],
-                 ["cleanup_scripts.storage", "ls", url],
-                 ["cleanup_scripts.storage", "download", url, str(dataset / "copy")],
+    for args in (["cleanup_scripts.artifacts.upload", f"--bucket={url}", f"--source_dir={dataset}"],
+                 ["cleanup_scripts.artifacts.storage", "ls", url],
+                 ["cleanup_scripts.artifacts.storage", "download", url, str(dataset / "copy")],
                  ["cleanup_scripts.verify", url]):
         result = run_module(*args, check=False)
         assert (result.returncode, result.stdout, result.stderr) == (1, "", expected), args
@@ -326,7 +326,7 @@ def test_upload_refuses_manifest_paths_outside_the_source_dir(dataset, bucket, l
     listed = listed.format(outside=outside)
     number = add_manifest_line(dataset, listed, payload)
     url = f"gs://{bucket}/bert"
-    result = run_module("cleanup_scripts.upload", f"--bucket={url}",
+    result = run_module("cleanup_scripts.artifacts.upload", f"--bucket={url}",
                         f"--source_dir={dataset}", check=False)
     assert result.returncode == 1
     assert result.stderr.startswith(
@@ -342,14 +342,14 @@ def test_upload_follows_symlinks_only_inside_the_source_dir(tmp_path, bucket):
     (source / "data" / "a.txt").write_bytes(b"a\n")
     (source / "alias.txt").symlink_to(source / "data" / "a.txt")  # stays inside: uploaded
     url = f"gs://{bucket}/tree"
-    run_module("cleanup_scripts.upload", f"--bucket={url}", f"--source_dir={source}")
+    run_module("cleanup_scripts.artifacts.upload", f"--bucket={url}", f"--source_dir={source}")
     md5 = hashlib.md5(b"a\n").hexdigest()
     assert bucket_md5s(url) == {"data/a.txt": md5, "alias.txt": md5}
 
     (tmp_path / "secret").write_bytes(b"secret\n")
     (source / "data" / "z.txt").write_bytes(b"z\n")
     (source / "data" / "secret").symlink_to(tmp_path / "secret")
-    result = run_module("cleanup_scripts.upload", f"--bucket={url}",
+    result = run_module("cleanup_scripts.artifacts.upload", f"--bucket={url}",
                         f"--source_dir={source}", check=False)
     assert result.returncode == 1
     assert result.stderr == (f"error: {source / 'data' / 'secret'}: 'data/secret' is outside "
@@ -359,11 +359,11 @@ def test_upload_follows_symlinks_only_inside_the_source_dir(tmp_path, bucket):
 
 def test_upload_does_not_skip_a_file_that_changed_after_it_was_uploaded(dataset, bucket):
     url = f"gs://{bucket}/bert"
-    run_module("cleanup_scripts.upload", f"--bucket={url}", f"--source_dir={dataset}")
+    run_module("cleanup_scripts.artifacts.upload", f"--bucket={url}", f"--source_dir={dataset}")
     vocab = dataset / "vocab.txt"
     manifest_md5, file_md5 = flip_first_byte(vocab)  # same size: the manifest's size matches
     before = bucket_md5s(url)
-    result = run_module("cleanup_scripts.upload", f"--bucket={url}",
+    result = run_module("cleanup_scripts.artifacts.upload", f"--bucket={url}",
                         f"--source_dir={dataset}", check=False)
     assert result.returncode == 1
     assert result.stderr == (
@@ -377,18 +377,18 @@ def test_a_ledger_vouches_for_files_whose_size_and_mtime_it_recorded(dataset, bu
     """`make preprocess` leaves `.state/<stage>.outputs` (size, mtime, md5 per output): a file
     that still has the recorded size and mtime is not hashed again, any other one is."""
     url = f"gs://{bucket}/bert"
-    run_module("cleanup_scripts.upload", f"--bucket={url}", f"--source_dir={dataset}")
+    run_module("cleanup_scripts.artifacts.upload", f"--bucket={url}", f"--source_dir={dataset}")
     part = dataset / "tfrecords" / "part-00100-of-00500"
     recorded = part.stat().st_mtime_ns
     (dataset / ".state" / "tfrecords.outputs").write_text(  # a ledger line, as a stage writes it
         f"tfrecords/part-00100-of-00500\t{part.stat().st_size}\t{recorded}\t{md5_of(part)}\n")
     manifest_md5, file_md5 = flip_first_byte(part)
     os.utime(part, ns=(recorded, recorded))  # size and mtime as recorded: the ledger is trusted
-    again = run_module("cleanup_scripts.upload", f"--bucket={url}", f"--source_dir={dataset}")
+    again = run_module("cleanup_scripts.artifacts.upload", f"--bucket={url}", f"--source_dir={dataset}")
     assert "0 transferred, 7 already there with the right md5" in again.stdout
 
     os.utime(part, ns=(recorded + 10**9, recorded + 10**9))  # touched: hashed again
-    result = run_module("cleanup_scripts.upload", f"--bucket={url}",
+    result = run_module("cleanup_scripts.artifacts.upload", f"--bucket={url}",
                         f"--source_dir={dataset}", check=False)
     assert result.returncode == 1
     assert result.stderr.startswith(
@@ -426,7 +426,7 @@ def test_a_killed_upload_redoes_only_the_file_in_flight(tmp_path, bucket):
         (source / name).write_bytes(os.urandom(BIG))
     (source / "c.txt").write_bytes(b"small\n")
     url = f"gs://{bucket}/big"
-    args = ["cleanup_scripts.upload", f"--bucket={url}", f"--source_dir={source}",
+    args = ["cleanup_scripts.artifacts.upload", f"--bucket={url}", f"--source_dir={source}",
             "--chunk_mb=0.25", "--nworker=1"]
     start_and_kill(args, lambda: bucket_md5s(url))
     held = bucket_md5s(url)
@@ -445,7 +445,7 @@ def test_killed_download_resumes_its_partial_file(tmp_path, bucket):
     client.bucket(bucket).blob("big/tfrecords/part-00000").upload_from_string(payload)
     dest = tmp_path / "copy"
     partial = dest / "tfrecords" / "part-00000.partial"
-    args = ["cleanup_scripts.storage", "download", f"gs://{bucket}/big", str(dest),
+    args = ["cleanup_scripts.artifacts.storage", "download", f"gs://{bucket}/big", str(dest),
             "--chunk_mb=0.25"]
     start_and_kill(args, lambda: partial.exists() and partial.stat().st_size > 0)
 
@@ -600,7 +600,7 @@ print("last", list(tf.data.TFRecordDataset(url))[-1].numpy().decode())
 def test_tensorflow_reads_a_gs_tfrecord_from_the_emulator(dataset, bucket, emulator, tmp_path):
     pytest.importorskip("cryptography")
     url = f"gs://{bucket}/bert"
-    run_module("cleanup_scripts.upload", f"--bucket={url}", f"--source_dir={dataset}")
+    run_module("cleanup_scripts.artifacts.upload", f"--bucket={url}", f"--source_dir={dataset}")
     ca_file, leaf_file = make_tls_files(tmp_path)
     proxy = EmulatorTlsProxy(leaf_file, int(emulator.rsplit(":", 1)[1]))
     proxy_url = f"http://127.0.0.1:{proxy.port}"
@@ -654,7 +654,7 @@ def test_a_killed_upload_leaves_no_manifest_and_the_rerun_commits_it(tmp_path, b
     source = manifest_tree(tmp_path / "source", {"tfrecords/big": os.urandom(BIG),
                                                  "vocab.txt": b"[PAD]\n[UNK]\n"})
     url = f"gs://{bucket}/bert"
-    args = ["cleanup_scripts.upload", f"--bucket={url}", f"--source_dir={source}",
+    args = ["cleanup_scripts.artifacts.upload", f"--bucket={url}", f"--source_dir={source}",
             "--chunk_mb=0.25"]
     # Both files go up at once: the small one lands while the big one is in flight.
     start_and_kill(args, lambda: "vocab.txt" in bucket_md5s(url))
@@ -663,13 +663,13 @@ def test_a_killed_upload_leaves_no_manifest_and_the_rerun_commits_it(tmp_path, b
     assert "manifest.tsv" not in held, held
 
     copy = tmp_path / "copy"
-    result = run_module("cleanup_scripts.storage", "download", url, str(copy))
+    result = run_module("cleanup_scripts.artifacts.storage", "download", url, str(copy))
     assert f"note: {url} holds no manifest.tsv, so whether it is complete cannot be checked" \
         in result.stderr
 
     run_module(*args)
     assert bucket_md5s(url)["manifest.tsv"] == md5_of(source / "manifest.tsv")
-    run_module("cleanup_scripts.storage", "download", url, str(copy))
+    run_module("cleanup_scripts.artifacts.storage", "download", url, str(copy))
     for relative in ("tfrecords/big", "vocab.txt", "manifest.tsv"):
         assert md5_of(copy / relative) == md5_of(source / relative)
 
@@ -707,7 +707,7 @@ def test_the_manifest_goes_up_only_after_every_file_succeeded(dataset, bucket, m
 def test_download_refuses_a_copy_its_manifest_does_not_describe(dataset, bucket, tmp_path,
                                                                  fault):
     url = f"gs://{bucket}/bert"
-    run_module("cleanup_scripts.upload", f"--bucket={url}", f"--source_dir={dataset}")
+    run_module("cleanup_scripts.artifacts.upload", f"--bucket={url}", f"--source_dir={dataset}")
     blob = storage.make_client().bucket(bucket).blob("bert/results/part-00100-of-00500")
     part = dataset / "results" / "part-00100-of-00500"
     if fault == "missing":
@@ -719,7 +719,7 @@ def test_download_refuses_a_copy_its_manifest_does_not_describe(dataset, bucket,
                    f"{hashlib.md5(b'other bytes').hexdigest()}, the manifest says "
                    f"{part.stat().st_size:,} bytes, md5 {md5_of(part)}")
     copy = tmp_path / "copy"
-    result = run_module("cleanup_scripts.storage", "download", url, str(copy), check=False)
+    result = run_module("cleanup_scripts.artifacts.storage", "download", url, str(copy), check=False)
     assert (result.returncode, result.stdout) == (1, "")
     assert result.stderr == (f"error: {url}/manifest.tsv: lists 6 files, but {problem}: an "
                              f"incomplete or overlapping upload; nothing downloaded\n")
@@ -728,10 +728,10 @@ def test_download_refuses_a_copy_its_manifest_does_not_describe(dataset, bucket,
 
 def test_a_hostile_bucket_manifest_is_one_escaped_line(dataset, bucket, tmp_path):
     url = f"gs://{bucket}/bert"
-    run_module("cleanup_scripts.upload", f"--bucket={url}", f"--source_dir={dataset}")
+    run_module("cleanup_scripts.artifacts.upload", f"--bucket={url}", f"--source_dir={dataset}")
     storage.make_client().bucket(bucket).blob("bert/manifest.tsv").upload_from_string(
         b"path\tbytes\tmd5\n../../etc/x\x1b[2J\t1\t" + b"0" * 32 + b"\n")
-    result = run_module("cleanup_scripts.storage", "download", url, str(tmp_path / "copy"),
+    result = run_module("cleanup_scripts.artifacts.storage", "download", url, str(tmp_path / "copy"),
                         check=False)
     assert result.returncode == 1
     assert result.stderr == (f"error: {url}/manifest.tsv:2: '../../etc/x\\x1b[2J' is not a safe "
