@@ -1,7 +1,8 @@
 """The import_results stage of `make preprocess --results_text=DIR`: the official results/ text
 (its parts, eval.txt and eval.md5), checked against the official md5s, becomes OUT/results:
 DIR itself when it is OUT/results ("in place", never removed), else hard links or copies.
-The md5s of DIR's files are kept in a ledger, so a re-run hashes only files touched since.
+The md5s of DIR's files (by real path) are kept in a ledger: a re-run hashes only files
+touched since, and a later build from a dump knows whether OUT/results is DIR.
 """
 from __future__ import annotations
 
@@ -62,15 +63,17 @@ def in_place(layout: DatasetLayout, folder: str) -> bool:
 
 
 def imported_in_place(layout: DatasetLayout) -> bool:
-    """Whether OUT/results holds official text used in place by the last import; InputError
-    when its record is damaged (then there is no telling, and that text must never go)."""
+    """Whether OUT/results holds official text used in place by the last import (the md5
+    ledger names files there); InputError when the ledger is damaged: then there is no
+    telling, and that text must never be removed."""
     try:
-        source = read_state(layout.results_source, remove_damaged=False)
+        recorded = read_state(layout.results_md5s, remove_damaged=False) or ""
     except DamagedState as err:
         raise InputError(f"{err}: there is no telling whether results/ is official text used "
                          f"in place; remove it (and results/ unless it is that text) and run "
                          f"again") from err
-    return source is not None and in_place(layout, source)
+    return any(in_place(layout, os.path.dirname(line.split("\t")[0]))
+               for line in recorded.splitlines())
 
 
 def _md5(path: str) -> str:

@@ -55,13 +55,8 @@ class DatasetLayout:
         return self.root / ".state"
 
     @property
-    def results_source(self) -> Path:
-        """Where a run from --results_text notes the folder it imports (absent for a dump)."""
-        return self.state_dir / "import_results.source"
-
-    @property
     def results_md5s(self) -> Path:
-        """The ledger of the --results_text files' md5s."""
+        """The ledger of the md5s of the --results_text files (absent for a dump)."""
         return self.state_dir / "import_results.md5s"
 
     def extracted_files(self) -> list[Path]:

@@ -345,7 +345,7 @@ def leave_other_route(layout: DatasetLayout, options: Options) -> None:
     from_dump = not options.results_text
     other = RESULTS_STAGES[:1] if from_dump else STAGES[:-len(_LATER_STAGES)]
     state = [path for stage in other for path in markers(layout, stage.name)]
-    state += [layout.results_source, layout.results_md5s] if from_dump else []
+    state += [layout.results_md5s] if from_dump else []
     if not any(path.exists() for path in state):
         return
     if from_dump and import_results.imported_in_place(layout):
@@ -426,9 +426,6 @@ def run_pipeline(output_dir: str, options: Options) -> None:
         try:
             options = check_inputs(layout, options)
             leave_other_route(layout, options)
-            source = os.path.realpath(options.results_text) if options.results_text else None
-            if source and read_state(layout.results_source) != source:
-                write_state(layout.results_source, source)
             stages, every = route(options, options.pack), route(options, True)
             for stage in stages:  # pack's record goes too: a later --pack run redoes it
                 run_stage(layout, options, stage, every[every.index(stage) + 1:])

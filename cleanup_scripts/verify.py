@@ -96,7 +96,7 @@ def verify_preprocess_output(directory: str, rehash: bool) -> bool:
     started = time.time()
     root = Path(directory)
     layout = DatasetLayout(root)
-    from_results = layout.results_source.is_file()
+    from_results = layout.results_md5s.is_file()
     route = "the official results/ text" if from_results else "a dump"
     print(f"{directory}: a make preprocess output (from {route}): checking the files its "
           f"manifest.tsv lists, then those with official md5s or sizes")
