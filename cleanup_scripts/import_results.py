@@ -82,24 +82,15 @@ def _md5(path: str) -> str:
 
 def text_digest(layout: DatasetLayout, folder: str, nworker: int) -> str:
     """The md5 of the names and md5s of the results text `folder`'s files, each checked
-    against its official md5 (InputError naming the first that differs).
-
-    InputError too for a `folder` inside OUT other than OUT/results (the pipeline may remove
-    it). A file whose size and mtime the ledger recorded keeps its md5; the others are hashed
-    in `nworker` processes. When `folder` is gone the ledger stands (OUT/results holds it).
-    """
+    against its official md5 (InputError naming the first that differs), and noted in the
+    ledger. InputError too for a `folder` inside OUT other than OUT/results (the pipeline may
+    remove it). When `folder` is gone the ledger stands (OUT/results holds its files)."""
     source, root = Path(os.path.realpath(folder)), Path(os.path.realpath(layout.root))
     if (source == root or root in source.parents) and not in_place(layout, folder):
         raise InputError(f"{folder}: inside the output directory {layout.root}; give a "
                          f"folder outside it, or {layout.results_dir} itself")
-    recorded = md5s = OutputLedger(layout.results_md5s, layout.root).entries()
-    if source.exists() or not recorded:
-        paths = [os.path.realpath(Path(folder) / name) for name in text_names(Path(folder))]
-        todo = [path for path in paths if not (
-            path in recorded and recorded[path].vouches_for(path))]
-        hashed = dict(zip(todo, map_in_workers(_md5, todo, nworker, desc="import_results md5")))
-        md5s = {path: Entry.of(path, hashed[path]) if path in hashed else recorded[path]
-                for path in paths}
+    recorded = OutputLedger(layout.results_md5s, layout.root).entries()
+    md5s = _md5s(Path(folder), recorded, nworker) if source.exists() or not recorded else recorded
     official = {Path(artifact.path).name: artifact.md5
                 for artifact in checksums.known_artifacts().values()
                 if artifact.path.startswith("results/") and artifact.md5 is not None}
@@ -118,6 +109,16 @@ def text_digest(layout: DatasetLayout, folder: str, nworker: int) -> str:
     if md5s != recorded:
         write_entries(layout.results_md5s, md5s)
     return hashlib.md5(json.dumps(sorted(names.items())).encode()).hexdigest()
+
+
+def _md5s(folder: Path, recorded: dict[str, Entry], nworker: int) -> dict[str, Entry]:
+    """{real path: Entry} of the results text `folder`'s files: the `recorded` one while it
+    vouches for the file, else hashed anew (in `nworker` processes)."""
+    paths = [os.path.realpath(folder / name) for name in text_names(folder)]
+    todo = [path for path in paths if not (path in recorded and recorded[path].vouches_for(path))]
+    hashed = dict(zip(todo, map_in_workers(_md5, todo, nworker, desc="import_results md5")))
+    return {path: Entry.of(path, hashed[path]) if path in hashed else recorded[path]
+            for path in paths}
 
 
 def _place(job: tuple[Path, Path]) -> bool:
