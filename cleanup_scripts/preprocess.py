@@ -126,6 +126,7 @@ def fetch_dump(layout: DatasetLayout, options: Options) -> Path:
 
 
 def run_extract(layout: DatasetLayout, options: Options) -> StageSummary:
+    """text/XX/wiki_NN from the dump (fetched first if it is a URL), in `nworker` processes."""
     started = time.time()
     dump = fetch_dump(layout, options)
     extraction = extract.extract_dump(dump, layout.text_dir, date=options.date,
@@ -152,16 +153,20 @@ def _mirror_jobs(layout: DatasetLayout, source: str | None, target: str) -> list
 
 
 def run_clean(layout: DatasetLayout, options: Options) -> StageSummary:
+    """work/cleaned/: cleanup_file + clean.sh of each extracted file not cleaned yet."""
     jobs = [(source, target, "") for source, target in _mirror_jobs(layout, None, "cleaned")]
     return run_jobs("clean", process_wiki.clean_job, _todo(jobs), options.nworker)
 
 
 def run_segment(layout: DatasetLayout, options: Options) -> StageSummary:
+    """work/sentences/: one sentence per line, for each cleaned file not segmented yet."""
     jobs = _todo(_mirror_jobs(layout, "cleaned", "sentences"))
     return run_jobs("segment", process_wiki.segment_job, jobs, options.nworker)
 
 
 def run_separate(layout: DatasetLayout, options: Options) -> StageSummary:
+    """A fresh work/train/ without the held-out articles, which go to results/eval.txt and
+    their md5s to results/eval.md5."""
     shutil.rmtree(layout.work_dir("train"), ignore_errors=True)
     pairs = _mirror_jobs(layout, "sentences", "train")
     return process_wiki.separate("separate", pairs, options.num_test_articles, options.seed,
@@ -169,6 +174,7 @@ def run_separate(layout: DatasetLayout, options: Options) -> StageSummary:
 
 
 def run_gather(layout: DatasetLayout, options: Options) -> StageSummary:
+    """results/part-XXXXX-of-00500 (all of them anew) from the training articles."""
     for old in layout.results_dir.glob("part-*"):
         old.unlink()
     sources = [GatherSource(str(extracted), str(layout.mirror(extracted, "train")))
@@ -178,6 +184,7 @@ def run_gather(layout: DatasetLayout, options: Options) -> StageSummary:
 
 
 def run_import_results(layout: DatasetLayout, options: Options) -> StageSummary:
+    """OUT/results from --results_text (`import_results.import_text`)."""
     return import_results.import_text(layout, Path(options.results_text), options.nworker)
 
 
@@ -201,6 +208,7 @@ def run_tfrecords(layout: DatasetLayout, options: Options) -> StageSummary:
 
 
 def run_eval_10k(layout: DatasetLayout, options: Options) -> StageSummary:
+    """tfrecords/eval_10k: `num_eval_examples` records picked from eval_intermediate."""
     started = time.time()
     source = layout.tfrecord_dir / "eval_intermediate"
     with StageProgress("eval_10k", options.num_eval_examples, unit="records") as bar:
