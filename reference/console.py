@@ -1,15 +1,7 @@
-"""What a training run shows on the console: TensorFlow's own messages kept off it, absl lines
-without their machine prefix, and one live progress line.
-
-- `divert_native_stderr`: TensorFlow's C++ code (CUDA probing, oneDNN, XLA) writes straight to
-  file descriptor 2; this points that descriptor at a file and gives Python's `sys.stderr` (our
-  messages, warnings, tracebacks, the one-line errors) the console back.
-- `plain_console_logging`: absl's console lines as `W message` instead of
-  `W1125 22:35:59.275889 140540686027648 preflight.py:87] message`; TensorFlow's Python
-  loggers kept to warnings.
-- `LiveLine`: the progress of a run. On a terminal one line rewritten in place after each host
-  call; elsewhere (a file, CI) a full line at most every `every_s` seconds. Lines that stay
-  (`LiveLine.keep`: an eval, the end) clear the live line first.
+"""What a training run shows on the console: TensorFlow's native messages diverted to a file
+(`divert_native_stderr`), absl lines without their machine prefix (`plain_console_logging`),
+one live progress line (`LiveLine`) that host calls of `CallPace`'s length keep moving, and
+the line of each eval (`eval_line`).
 """
 from __future__ import annotations
 
@@ -24,9 +16,10 @@ from absl import logging
 
 
 def divert_native_stderr(path: str) -> str | None:
-    """Send what native code writes to file descriptor 2 to `path` (appended; the folder is
-    made), keeping Python's stderr on the console. Returns `path`, or None when the file
-    cannot be opened (then nothing changes)."""
+    """Send what native code writes to file descriptor 2 (TensorFlow's C++ code: CUDA probing,
+    oneDNN, XLA) to `path` (appended; the folder is made), keeping Python's stderr (our
+    messages, warnings, tracebacks, the one-line errors) on the console. Returns `path`, or
+    None when the file cannot be opened (then nothing changes)."""
     try:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -63,8 +56,9 @@ class _OnlyOurInfo(py_logging.Filter):
 
 
 def plain_console_logging() -> None:
-    """absl's console lines without the time, thread and source prefix; other libraries'
-    INFO lines (TensorFlow's checkpoint sharding timings) left out."""
+    """absl's console lines as `W message` instead of `W1125 22:35:59.275889 140540686027648
+    preflight.py:87] message`; other libraries' INFO lines (TensorFlow's checkpoint sharding
+    timings) left out."""
     handler = logging.get_absl_handler().python_handler
     handler.setFormatter(_PlainFormatter())
     handler.addFilter(_OnlyOurInfo())
@@ -72,8 +66,9 @@ def plain_console_logging() -> None:
 
 
 class LiveLine:
-    """One progress line: rewritten in place on a terminal, a line every `every_s` seconds
-    elsewhere. `stream` defaults to sys.stderr (read when used, after any diversion)."""
+    """One progress line: rewritten in place on a terminal after each update, a full line every
+    `every_s` seconds elsewhere (a file, CI); lines that stay (`keep`: an eval, the end) clear
+    it first. `stream` defaults to sys.stderr (read when used, after any diversion)."""
 
     def __init__(self, every_s: float = 60.0, stream: TextIO | None = None,
                  interactive: bool | None = None) -> None:
@@ -86,10 +81,12 @@ class LiveLine:
 
     @property
     def stream(self) -> TextIO:
+        """Where the lines go."""
         return self._stream or sys.stderr
 
     @property
     def interactive(self) -> bool:
+        """Whether the stream is a terminal (the line is rewritten in place)."""
         if self._interactive is None:
             try:
                 self._interactive = self.stream.isatty()
@@ -135,3 +132,47 @@ class LiveLine:
             self.stream.write(self._pending + "\n")
             self._pending = None
             self._last = time.monotonic()
+
+
+class CallPace:
+    """How many updates the next compiled host call runs: at most `most` (the
+    --iterations_per_loop of the reference), fewer when that would take longer than
+    `seconds` at the pace measured so far, so that a progress line comes every few seconds.
+    The call boundaries change no result: every update runs in the same order, dropout is
+    keyed by the micro-step, and calls end at checkpoint steps whatever their length."""
+
+    def __init__(self, most: int, seconds: float) -> None:
+        self.most, self.seconds = max(1, most), seconds
+        self.per_update: float | None = None
+        self.calls = 0
+
+    def updates(self, room: int) -> int:
+        """The updates of the next call, at most `room` (the budget, the next checkpoint)."""
+        if self.per_update is None:  # the first call compiles: one update, then measure
+            return max(1, min(room, 1 if self.calls == 0 else self.most))
+        fits = max(1, int(self.seconds / max(self.per_update, 1e-9)))
+        return max(1, min(room, self.most, fits))
+
+    def took(self, updates: int, seconds: float) -> None:
+        """Record that a call of `updates` updates took `seconds` (the first is compilation)."""
+        self.calls += 1
+        if self.calls > 1 and updates:
+            self.per_update = seconds / updates
+
+
+def duration(seconds: float) -> str:
+    """`seconds` as "12m05s", or "1h02m05s" from an hour on."""
+    seconds = max(0, int(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m{rest % 60:02d}s" if hours else \
+        f"{rest // 60}m{rest % 60:02d}s"
+
+
+def eval_line(number: int, step: int, samples: int, metrics: dict[str, float],
+               target: float, seconds: float) -> str:
+    """The console line of eval `number`: where, the accuracy against the target, how long."""
+    accuracy = metrics["masked_lm_accuracy"]
+    verdict = "target reached" if accuracy >= target else f"target {target:.3f}"
+    return (f"eval {number} at step {step:,} ({samples:,} samples): masked_lm_accuracy "
+            f"{accuracy:.4f} ({verdict}), masked_lm_loss {metrics['masked_lm_loss']:.4f}, "
+            f"{seconds:.1f} s")

@@ -3,14 +3,10 @@
     python -m reference.example_submission --org=MLPerfHarness --runs=10 \\
         [--preset=demo] [--train_args="--target_mlm_accuracy=0.06"] [--output=submissions]
 
-Runs `python -m reference.run_pretraining --preset=PRESET --seed=i` for i = 1..RUNS, each in
-its own output folder under build/example/, and writes the MLPerf submission layout:
-OUTPUT/ORG/results/SYSTEM/bert/result_{i-1}.txt (each run's MLPerf log) and
-OUTPUT/ORG/systems/SYSTEM.json describing this machine. The tree is then checked with
-`python -m benchmark.check --submission`; the exit status is the checker's.
-
-It runs the trainer, so it sits with it in `reference/`, above `benchmark/` and
-`cleanup_scripts/`.
+Trains RUNS runs (`--seed=1..RUNS`) under build/example/, lays their MLPerf logs out as
+OUTPUT/ORG/results/SYSTEM/bert/result_0.txt ... result_<RUNS-1>.txt with
+OUTPUT/ORG/systems/SYSTEM.json for this machine, and exits with the status of
+`python -m benchmark.check --submission` on the tree.
 """
 from __future__ import annotations
 
@@ -70,7 +66,8 @@ def system_description(org: str, division: str, system_name: str) -> dict[str, s
 
 def run_one(seed: int, preset: str, org: str, system_name: str, train_args: list[str],
             work_dir: Path) -> Path:
-    """Train one run from scratch; returns its MLPerf log."""
+    """Train one run from scratch in work_dir/run_<seed> with `preset` and `train_args`;
+    returns its MLPerf log. InputError if the run fails."""
     output = work_dir / f"run_{seed}"
     shutil.rmtree(output, ignore_errors=True)
     command = [sys.executable, "-m", "reference.run_pretraining", f"--preset={preset}",
@@ -83,7 +80,8 @@ def run_one(seed: int, preset: str, org: str, system_name: str, train_args: list
 
 
 def main(argv: list[str] | None = None) -> None:
-    """CLI: make RUNS runs, lay them out as a submission, check it."""
+    """CLI (`argv`: the arguments, default sys.argv[1:]): make RUNS runs, lay them out as a
+    submission, check it; exits with the checker's status."""
     parser = argparse.ArgumentParser(description="A submission tree from real training runs.")
     parser.add_argument("--org", default="MLPerfHarness", help="Submitting organisation.")
     parser.add_argument("--system", default="1xCPU-2core", help="System name.")

@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING, Any
 from absl import logging
 
 from benchmark import cadence, log_keys
-from reference.console import LiveLine
+from reference.console import CallPace, LiveLine, duration, eval_line
 from reference.error_text import SetupError, tensorflow_failure, writing
+from reference.placement import Placement, place
 from reference.preflight import CheckedInputs, prepare_output_dir
 from reference.resume import ResumePoint, find_resume_point, resumed_options, run_settings
 from reference.run_flags import UsageError
-from reference.run_options import DistributionOptions, RunOptions
-from reference.run_outputs import (save_checkpoint, summary_writer, write_eval, write_scalars)
+from reference.run_options import RunOptions
+from reference.run_outputs import save_checkpoint, summary_writer, write_eval, write_scalars
 
 if TYPE_CHECKING:  # TensorFlow-importing modules are imported where used (fast --help)
     from benchmark.mlperf_log import BertLogger
@@ -42,55 +43,6 @@ class RunResult:
     step: int
     samples: int
     evals: list[tuple[int, dict[str, float]]] = field(default_factory=list)
-
-
-# ------------------------------------------------------------------------------ placement
-def make_strategy(distribution: DistributionOptions):
-    """The tf.distribute strategy `distribution` asks for; with cpu_devices > 1 the CPU is
-    split into that many devices first (before TensorFlow runs anything). StrategyError if
-    the devices cannot be had."""
-    from reference import distribution as dist
-    count = distribution.cpu_devices
-    devices = tuple(dist.logical_cpu_devices(count)) if count > 1 else ()
-    return dist.make_strategy(dataclasses.replace(distribution.strategy, devices=devices))
-
-
-def packed_rows_per_replica(train_batch_size: int, sequences_per_row: float,
-                            replicas: int) -> int:
-    """Packed rows each replica takes per micro-step: round(train_batch_size / mean sequences
-    per row) rows in all (at least one per replica), so that a step trains about
-    `train_batch_size` sequences."""
-    return max(1, round(train_batch_size / sequences_per_row / replicas))
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where this process computes and how a batch splits over the replicas."""
-    strategy: Any  # tf.distribute.Strategy
-    chief: bool  # this process writes the run's outputs
-    task: int  # this worker's index
-    train_per_replica: int  # records (packed: rows) per replica and micro-step
-    eval_per_replica: int  # records per replica and eval step
-
-
-def place(options: RunOptions, inputs: CheckedInputs, strategy=None) -> Placement:
-    """The placement of a run on `strategy` (default: made from options.distribution); logs the
-    strategy and the global batch. StrategyError when a batch does not split evenly."""
-    from reference import distribution
-    strategy = strategy or make_strategy(options.distribution)
-    data = options.data
-    if inputs.packed:
-        train = packed_rows_per_replica(data.train_batch_size, inputs.train.sequences_per_row,
-                                        strategy.num_replicas_in_sync)
-    else:
-        train = distribution.per_replica(data.train_batch_size, strategy, "--train_batch_size")
-    evaluation = distribution.per_replica(options.eval.batch_size, strategy,
-                                          "--eval_batch_size")
-    logging.info("%s; global batch %d (%d %s per replica x %d micro-batches)",
-                 distribution.describe(strategy), data.global_batch_size, train,
-                 "packed rows" if inputs.packed else "records", data.steps_per_update)
-    return Placement(strategy, distribution.is_chief(strategy), distribution.task_id(strategy),
-                     train, evaluation)
 
 
 # ------------------------------------------------------------------------------ set-up failures
@@ -271,16 +223,8 @@ def train(options: RunOptions, inputs: CheckedInputs, strategy=None) -> RunResul
     phase = _Phase()
     with _setup_failures(phase):
         placement = place(options, inputs, strategy)
-        output_dir = options.output.output_dir
-        prepare_output_dir(output_dir)
-        point = find_resume_point(output_dir)
-        if point:
-            options = resumed_options(options, inputs, point)
-        if placement.chief:
-            from reference import checkpoint as ckpt
-            from reference.trainer import CHECKPOINT_NAME
-            with writing("--output_dir", output_dir):
-                ckpt.remove_orphan_save_folders(output_dir, CHECKPOINT_NAME)
+        prepare_output_dir(options.output.output_dir)
+        options, point = _resume(options, inputs, placement.chief)
         finished = point and point.finished(options.budget_steps)
         if finished:
             progress = point.progress
@@ -288,6 +232,22 @@ def train(options: RunOptions, inputs: CheckedInputs, strategy=None) -> RunResul
                             point.checkpoint, finished, progress.step, progress.samples)
             return RunResult("already-finished", progress.step, progress.samples)
         return _logged_run(_Run(options, inputs, placement), point, phase)
+
+
+def _resume(options: RunOptions, inputs: CheckedInputs,
+            chief: bool) -> tuple[RunOptions, ResumePoint | None]:
+    """The options that continue the run in --output_dir and the checkpoint they resume from
+    (None: a new run); the chief also removes the folders that killed saves left there."""
+    from reference import checkpoint as ckpt
+    from reference.trainer import CHECKPOINT_NAME
+    output_dir = options.output.output_dir
+    point = find_resume_point(output_dir)
+    if point:
+        options = resumed_options(options, inputs, point)
+    if chief:
+        with writing("--output_dir", output_dir):
+            ckpt.remove_orphan_save_folders(output_dir, CHECKPOINT_NAME)
+    return options, point
 
 
 @dataclass(frozen=True)
@@ -459,7 +419,7 @@ class _TrainingLoop:
         self.result = RunResult(log_keys.ABORTED, self.trainer.step, self.trainer.samples)
         schedule = self.options.schedule
         self.live = LiveLine(every_s=max(60.0, schedule.progress_seconds))
-        self.pace = _CallPace(schedule.iterations_per_loop // self.n, schedule.progress_seconds)
+        self.pace = CallPace(schedule.iterations_per_loop // self.n, schedule.progress_seconds)
         self.train_folder = os.path.join(self.options.output.output_dir, "train")
         self.started = time.time()
         self.first_samples = self.trainer.samples
@@ -568,7 +528,7 @@ class _TrainingLoop:
         log.eval_accuracy(samples, metrics["masked_lm_accuracy"])
         self.result.evals.append((samples, metrics))
         target = self.options.eval.target_accuracy
-        self.live.keep(_eval_line(len(self.result.evals), trainer.step, samples, metrics,
+        self.live.keep(eval_line(len(self.result.evals), trainer.step, samples, metrics,
                                   target, time.time() - started))
         if self.run.placement.chief:
             write_eval(self.options.output.output_dir, trainer.step, samples, metrics,
@@ -586,56 +546,13 @@ class _TrainingLoop:
         if eval_now:
             ahead = "eval now"
         elif eval_due is not None and eval_due - trainer.samples < to_budget:
-            ahead = (f"next eval in {_duration((eval_due - trainer.samples) / max(overall, 1e-9))}"
+            ahead = (f"next eval in {duration((eval_due - trainer.samples) / max(overall, 1e-9))}"
                      f" (at {eval_due:,})")
         else:
-            ahead = f"step budget in {_duration(to_budget / max(overall, 1e-9))}"
+            ahead = f"step budget in {duration(to_budget / max(overall, 1e-9))}"
         last = f" | last eval {evals[-1][1]['masked_lm_accuracy']:.4f}" if evals else ""
         scale = (f" | loss scale {losses['loss_scale']:g}, {losses['skipped_updates']} updates "
                  "skipped" if self.options.compute.mixed_precision == "fp16" else "")
         return (f"step {trainer.step:,}/{self.options.budget_steps:,} | {trainer.samples:,} "
                 f"samples | {overall:,.1f} samples/s | loss {losses['total_loss']:.4f} | lr "
                 f"{losses['learning_rate']:.3g} | {ahead}{last}{scale}")
-
-
-class _CallPace:
-    """How many updates the next compiled host call runs: at most `most` (the
-    --iterations_per_loop of the reference), fewer when that would take longer than
-    `seconds` at the pace measured so far, so that a progress line comes every few seconds.
-    The call boundaries change no result: every update runs in the same order, dropout is
-    keyed by the micro-step, and calls end at checkpoint steps whatever their length."""
-
-    def __init__(self, most: int, seconds: float) -> None:
-        self.most, self.seconds = max(1, most), seconds
-        self.per_update: float | None = None
-        self.calls = 0
-
-    def updates(self, room: int) -> int:
-        """The updates of the next call, at most `room` (the budget, the next checkpoint)."""
-        if self.per_update is None:  # the first call compiles: one update, then measure
-            return max(1, min(room, 1 if self.calls == 0 else self.most))
-        fits = max(1, int(self.seconds / max(self.per_update, 1e-9)))
-        return max(1, min(room, self.most, fits))
-
-    def took(self, updates: int, seconds: float) -> None:
-        """Record that a call of `updates` updates took `seconds` (the first is compilation)."""
-        self.calls += 1
-        if self.calls > 1 and updates:
-            self.per_update = seconds / updates
-
-
-def _duration(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours}h{rest // 60:02d}m{rest % 60:02d}s" if hours else \
-        f"{rest // 60}m{rest % 60:02d}s"
-
-
-def _eval_line(number: int, step: int, samples: int, metrics: dict[str, float],
-               target: float, seconds: float) -> str:
-    """The console line of eval `number`: where, the accuracy against the target, how long."""
-    accuracy = metrics["masked_lm_accuracy"]
-    verdict = "target reached" if accuracy >= target else f"target {target:.3f}"
-    return (f"eval {number} at step {step:,} ({samples:,} samples): masked_lm_accuracy "
-            f"{accuracy:.4f} ({verdict}), masked_lm_loss {metrics['masked_lm_loss']:.4f}, "
-            f"{seconds:.1f} s")

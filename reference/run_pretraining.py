@@ -70,8 +70,9 @@ def _run() -> None:
     "error: ..." (see `main`)."""
     import tensorflow as tf
     tf.get_logger().setLevel("WARNING")  # its INFO lines (checkpoint sharding times) are noise
+    from reference.placement import make_strategy
     from reference.preflight import preflight
-    from reference.run_loop import InternalError, evaluate_only, make_strategy, train
+    from reference.run_loop import InternalError, evaluate_only, train
     options = inputs = None
     try:
         options = options_from_flags(FLAGS)

@@ -1,20 +1,10 @@
-"""Hardware presets: the flag values of a named set-up, stored as JSON data files.
+"""Hardware presets: the flag values of a named set-up, each a JSON file here,
+`{"description": ..., "notes": [...], "flags": {"train_batch_size": 8192, ...}}`.
 
-Each `<name>.json` here holds
-
-    {"description": "...", "notes": ["..."], "flags": {"train_batch_size": 8192, ...}}
-
-Flag values may use placeholders, filled in by `resolve`:
-
-    {data}         --data_dir: the folder holding the TFRecords (part-* and eval_10k); a
-                   preset with "default_dataset": "build/dataset" falls back to the TFRecord
-                   folder that `make preprocess` writes under that output directory (with
-                   `packed`, its packed folder, tfrecords_packed/)
-    {bert_config}  the benchmark's bert_config.json shipped in cleanup_scripts/data/bert/
-    {presets}      this folder (for config files that belong to a preset)
-
-`python -m reference.run_pretraining --preset=v3-128 --data_dir=gs://bucket/tfrecords ...`
-applies a preset; any flag given on the command line wins over the preset's value.
+Flag values may hold placeholders, filled in by `resolve`: {data} (--data_dir, the folder of
+part-* and eval_10k; a preset with "default_dataset" falls back to the TFRecord folder, or with
+`packed` the packed one, that `make preprocess` writes there), {bert_config} (the benchmark's
+bert_config.json in cleanup_scripts/data/bert/) and {presets} (this folder).
 """
 from __future__ import annotations
 

@@ -9,12 +9,11 @@ import pytest
 import tensorflow as tf
 
 from reference import distribution
-from reference.console import LiveLine
-from reference.run_loop import _CallPace
+from reference.console import CallPace, LiveLine
 
 
 def test_host_calls_compile_on_one_update_then_last_about_the_progress_interval():
-    pace = _CallPace(most=1000, seconds=5.0)
+    pace = CallPace(most=1000, seconds=5.0)
     assert pace.updates(room=500) == 1       # the first call compiles: one update
     pace.took(1, 30.0)
     assert pace.updates(room=500) == 500     # not yet measured: the room (next save) rules

@@ -5,6 +5,8 @@ the global FLAGS that other tools define.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -50,6 +52,8 @@ def test_valid_flags_become_run_options(data, tmp_path):
     assert options.output.mlperf_log == str(tmp_path / "out" / "mlperf.log")
     assert options.submission.noncompliant == ()
     assert inputs.noncompliant == ("the eval covers 40 records, not the benchmark's 10,000",)
+    with pytest.raises(dataclasses.FrozenInstanceError):  # built once, never filled in later
+        options.data.train_batch_size = 16
 
 
 @pytest.mark.parametrize("extra, message", [

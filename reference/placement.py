@@ -1,0 +1,61 @@
+"""Where a run computes: the tf.distribute strategy its options ask for (`make_strategy`), and
+this process's role and share of each batch on it (`place` -> `Placement`).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from absl import logging
+
+from reference.preflight import CheckedInputs
+from reference.run_options import DistributionOptions, RunOptions
+
+
+def make_strategy(distribution: DistributionOptions):
+    """The tf.distribute strategy `distribution` asks for; with cpu_devices > 1 the CPU is
+    split into that many devices first (before TensorFlow runs anything). StrategyError if
+    the devices cannot be had."""
+    from reference import distribution as dist
+    count = distribution.cpu_devices
+    devices = tuple(dist.logical_cpu_devices(count)) if count > 1 else ()
+    return dist.make_strategy(dataclasses.replace(distribution.strategy, devices=devices))
+
+
+def packed_rows_per_replica(train_batch_size: int, sequences_per_row: float,
+                            replicas: int) -> int:
+    """Packed rows each replica takes per micro-step: round(train_batch_size / mean sequences
+    per row) rows in all (at least one per replica), so that a step trains about
+    `train_batch_size` sequences."""
+    return max(1, round(train_batch_size / sequences_per_row / replicas))
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where this process computes and how a batch splits over the replicas."""
+    strategy: Any  # tf.distribute.Strategy
+    chief: bool  # this process writes the run's outputs
+    task: int  # this worker's index
+    train_per_replica: int  # records (packed: rows) per replica and micro-step
+    eval_per_replica: int  # records per replica and eval step
+
+
+def place(options: RunOptions, inputs: CheckedInputs, strategy=None) -> Placement:
+    """The placement of a run on `strategy` (default: made from options.distribution); logs the
+    strategy and the global batch. StrategyError when a batch does not split evenly."""
+    from reference import distribution
+    strategy = strategy or make_strategy(options.distribution)
+    data = options.data
+    if inputs.packed:
+        train = packed_rows_per_replica(data.train_batch_size, inputs.train.sequences_per_row,
+                                        strategy.num_replicas_in_sync)
+    else:
+        train = distribution.per_replica(data.train_batch_size, strategy, "--train_batch_size")
+    evaluation = distribution.per_replica(options.eval.batch_size, strategy,
+                                          "--eval_batch_size")
+    logging.info("%s; global batch %d (%d %s per replica x %d micro-batches)",
+                 distribution.describe(strategy), data.global_batch_size, train,
+                 "packed rows" if inputs.packed else "records", data.steps_per_update)
+    return Placement(strategy, distribution.is_chief(strategy), distribution.task_id(strategy),
+                     train, evaluation)
