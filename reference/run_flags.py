@@ -147,7 +147,7 @@ def _multiple(flag: str, value: int, n: int) -> None:
             "with accumulation give the step counts of batch bs*n scaled up n times")
 
 
-def read_flags(flag_values: flags.FlagValues = FLAGS) -> dict[str, Any]:
+def read_flags(flag_values: flags.FlagValues) -> dict[str, Any]:
     """The value of every flag of FLAG_TABLE: given on the command line, else --preset's (the
     preset's placeholders filled in), else its default. `flag_values` is left as parsed.
 

@@ -234,6 +234,9 @@ class Trainer:
         self._train_steps = tf.function(self._train_steps_fn)
         self._eval_steps = tf.function(self._eval_steps_fn)
         compiled = functools.partial(tf.function, jit_compile=True)
+        # Each variable's optimizer update is elementwise work over the weight and its two
+        # moments: XLA fuses it into a few passes where TensorFlow's kernels make about
+        # seventeen (BERT-base on 2 CPU cores: 0.5 s per step down to 0.3 s).
         self._update_variable = (self.optimizer.update_variable if on_tpu
                                  else compiled(self.optimizer.update_variable))
         self._gradients = compiled(self._gradients_fn) if self.use_xla else self._gradients_fn
@@ -401,6 +404,8 @@ class Trainer:
         totals: packed rows, the update's [masked-LM weight, sequences] (else None)."""
         n = self.steps_per_update
         optimizer = self.optimizer
+        # The rate at the update's last micro-step, where the MLCommons reference's
+        # accumulating optimizer applies the update.
         lr = optimizer.current_learning_rate(self.global_step + (n - 1))
 
         def apply():
@@ -436,7 +441,7 @@ class Trainer:
                 return tf.constant(False)
 
             applied = tf.cond(finite, good, bad)
-        self.global_step.assign_add(n)
+        self.global_step.assign_add(n)  # a skipped fp16 update still counts its micro-steps
         if totals is None:
             self.trained_samples.assign_add(n * self.train_batch_size)
         else:
