@@ -24,6 +24,7 @@ from typing import Callable
 from absl import app, flags, logging
 
 from benchmark import constants, files
+from benchmark.errors import exit_on_user_error
 from cleanup_scripts import SAMPLE_DUMP, VOCAB_FILE
 from cleanup_scripts import create_pretraining_data as pretraining
 from cleanup_scripts import checksums, extract, import_results, pick_eval_samples, process_wiki
@@ -31,7 +32,7 @@ from cleanup_scripts.artifacts import partial_name
 from cleanup_scripts.artifacts.transfer import fetch
 from cleanup_scripts.do_gather import GatherSource
 from cleanup_scripts.fileio import (DiskFullError, InputError, atomic_output, disk_full,
-                                    ensure_dir, exclusive_lock, printable, require_regular_file)
+                                    ensure_dir, exclusive_lock, require_regular_file)
 from cleanup_scripts.layout import DatasetLayout
 from cleanup_scripts.ledger import (Entry, read_marker, read_state, write_entries, write_marker,
                                     write_state)
@@ -540,6 +541,18 @@ def options_from_flags() -> Options:
                       "dump": "" if results_text else str(SAMPLE_DUMP) if sample else FLAGS.dump})
 
 
+def _build() -> None:
+    """Run the pipeline the flags describe, then say where its manifest is."""
+    started = time.time()
+    try:
+        run_pipeline(FLAGS.output_dir, options_from_flags())
+    except DiskFullError as err:
+        raise DiskFullError(f"{err}; free some space and run the same command again, it goes "
+                            f"on from there") from err
+    print(f"preprocess: done in {time.time() - started:.1f} s; manifest "
+          f"{os.path.join(FLAGS.output_dir, 'manifest.tsv')}", flush=True)
+
+
 def main(argv: list[str]) -> None:
     """Entry point for `python -m cleanup_scripts.preprocess`.
 
@@ -550,16 +563,7 @@ def main(argv: list[str]) -> None:
     del argv
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)
-    started = time.time()
-    try:
-        run_pipeline(FLAGS.output_dir, options_from_flags())
-    except DiskFullError as err:
-        raise SystemExit(f"error: {printable(err)}; free some space and run the same command "
-                         f"again, it goes on from there")
-    except InputError as err:  # one line, whatever the file names in it hold
-        raise SystemExit(f"error: {printable(err)}")
-    print(f"preprocess: done in {time.time() - started:.1f} s; manifest "
-          f"{os.path.join(FLAGS.output_dir, 'manifest.tsv')}", flush=True)
+    exit_on_user_error(_build)
 
 
 if __name__ == "__main__":
