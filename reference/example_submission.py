@@ -79,9 +79,7 @@ def run_one(seed: int, preset: str, org: str, system_name: str, train_args: list
     return output / "mlperf.log"
 
 
-def main(argv: list[str] | None = None) -> None:
-    """CLI (`argv`: the arguments, default sys.argv[1:]): make RUNS runs, lay them out as a
-    submission, check it; exits with the checker's status."""
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="A submission tree from real training runs.")
     parser.add_argument("--org", default="MLPerfHarness", help="Submitting organisation.")
     parser.add_argument("--system", default="1xCPU-2core", help="System name.")
@@ -91,7 +89,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--train_args", default="", help="Extra run_pretraining flags.")
     parser.add_argument("--work_dir", default="build/example", help="Runs' output folders.")
     parser.add_argument("--output", default="submissions", help="Submission root folder.")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """CLI (`argv`: the arguments, default sys.argv[1:]): make RUNS runs, lay them out as a
+    submission, check it; exits with the checker's status."""
+    args = _parse_args(argv)
     work_dir = ensure_dir(args.work_dir)
     org_dir = Path(args.output) / args.org
     results = ensure_dir(org_dir / "results" / args.system / "bert")

@@ -1,4 +1,4 @@
-"""Where a run computes: the tf.distribute strategy its options ask for (`make_strategy`), and
+"""Where a run computes: the tf.distribute strategy its options ask for (`strategy_for`), and
 this process's role and share of each batch on it (`place` -> `Placement`).
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from reference.preflight import CheckedInputs
 from reference.run_options import DistributionOptions, RunOptions
 
 
-def make_strategy(distribution: DistributionOptions):
+def strategy_for(distribution: DistributionOptions):
     """The tf.distribute strategy `distribution` asks for; with cpu_devices > 1 the CPU is
     split into that many devices first (before TensorFlow runs anything). StrategyError if
     the devices cannot be had."""
@@ -45,7 +45,7 @@ def place(options: RunOptions, inputs: CheckedInputs, strategy=None) -> Placemen
     """The placement of a run on `strategy` (default: made from options.distribution); logs the
     strategy and the global batch. StrategyError when a batch does not split evenly."""
     from reference import distribution
-    strategy = strategy or make_strategy(options.distribution)
+    strategy = strategy or strategy_for(options.distribution)
     data = options.data
     if inputs.packed:
         train = packed_rows_per_replica(data.train_batch_size, inputs.train.sequences_per_row,

@@ -70,7 +70,7 @@ def _run() -> None:
     "error: ..." (see `main`)."""
     import tensorflow as tf
     tf.get_logger().setLevel("WARNING")  # its INFO lines (checkpoint sharding times) are noise
-    from reference.placement import make_strategy
+    from reference.placement import strategy_for
     from reference.preflight import preflight
     from reference.run_loop import InternalError, evaluate_only, train
     options = inputs = None
@@ -78,7 +78,7 @@ def _run() -> None:
         options = options_from_flags(FLAGS)
         # The strategy comes before the files are read: multi-worker collectives and TPUs must
         # be set up before TensorFlow runs anything (preflight reads files with tf.data).
-        strategy = make_strategy(options.distribution)
+        strategy = strategy_for(options.distribution)
         inputs = preflight(options)
         result = (train if options.do_train else evaluate_only)(options, inputs, strategy)
     except (UserError, InternalError, tf.errors.DataLossError,
