@@ -179,6 +179,13 @@ def check_ranges(v: Mapping[str, Any]) -> None:
     Raises UsageError naming the flag, its value and the range, e.g. "--learning_rate=0.0 must
     be > 0".
     """
+    _check_sizes(v)
+    _check_step_counts(v)
+    _check_rates(v)
+
+
+def _check_sizes(v: Mapping[str, Any]) -> None:
+    """Floats finite; batches, step counts and shapes at least 1 and at most their maxima."""
     for kind, name, *_ in FLAG_TABLE:
         if kind == "float" and v[name] is not None:
             require(math.isfinite(v[name]), f"--{name}={v[name]} must be a finite number")
@@ -193,6 +200,12 @@ def check_ranges(v: Mapping[str, Any]) -> None:
                 f"{MAX_BATCH_SIZE} (records per {what}, all replicas together)")
     for name in ("max_seq_length", "max_predictions_per_seq"):
         require(v[name] <= MAX_SEQ_LENGTH, f"--{name}={v[name]} must be at most {MAX_SEQ_LENGTH}")
+
+
+def _check_step_counts(v: Mapping[str, Any]) -> None:
+    """Warm-up within the budget, counts >= 0, step counts multiples of --steps_per_update, the
+    seed in range."""
+    n = v["steps_per_update"]
     warmup, steps = v["num_warmup_steps"], v["num_train_steps"]
     require(0 <= warmup <= steps,
             f"--num_warmup_steps={warmup} must be in [0, --num_train_steps={steps}]")
@@ -213,6 +226,10 @@ def check_ranges(v: Mapping[str, Any]) -> None:
         _multiple("stop_steps", stop, n)
     if v["seed"] is not None:
         require(0 <= v["seed"] <= MAX_SEED, f"--seed={v['seed']} must be in [0, {MAX_SEED}]")
+
+
+def _check_rates(v: Mapping[str, Any]) -> None:
+    """The optimizer's constants, the target accuracy and the dropout override in range."""
     for name in ("learning_rate", "poly_power"):
         require(v[name] > 0, f"--{name}={v[name]} must be > 0")
     for name in ("lamb_beta_1", "lamb_beta_2"):
