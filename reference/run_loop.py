@@ -432,6 +432,7 @@ class _TrainingLoop:
             if self._evaluate():
                 return self._success()
         self._check_counters()
+        # The speed shown counts from here, after any eval at the start.
         self.started, self.first_samples = time.time(), trainer.samples
         while self.update < self.budget_updates:
             reached, save_due = self._block(iterator)
