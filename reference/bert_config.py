@@ -65,11 +65,6 @@ class BertConfig:
         """The configuration as the plain dict that `bert_config.json` holds."""
         return dataclasses.asdict(self)
 
-    def without_dropout(self) -> "BertConfig":
-        """A copy with both dropout probabilities set to 0 (the MLCommons reference's eval
-        model)."""
-        return dataclasses.replace(self, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-
 
 _INT_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
              "intermediate_size", "max_position_embeddings", "type_vocab_size")

@@ -5,6 +5,7 @@ TF1 code (and the reference TF2 port's model code) outside this repository; its 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -53,6 +54,14 @@ def ref_arrays() -> dict[str, np.ndarray]:
 def tiny_config(ref_results) -> BertConfig:
     """The tiny BERT configuration the fixtures were made with."""
     return load_bert_config(FIXTURE_DIR / ref_results["bert_config"])
+
+
+@pytest.fixture(scope="session")
+def tiny_config_no_dropout(tiny_config) -> BertConfig:
+    """The tiny configuration with both dropout probabilities 0 (the reference's eval model),
+    for comparisons that must not draw dropout masks."""
+    return dataclasses.replace(tiny_config, hidden_dropout_prob=0.0,
+                               attention_probs_dropout_prob=0.0)
 
 
 @pytest.fixture(scope="session")

@@ -33,12 +33,6 @@ def test_official_config_is_bert_large():
     assert config.to_dict() == official_values()
 
 
-def test_without_dropout_zeroes_only_dropout():
-    config = load_bert_config(OFFICIAL_CONFIG).without_dropout()
-    assert config.hidden_dropout_prob == 0.0 and config.attention_probs_dropout_prob == 0.0
-    assert config.hidden_size == 1024
-
-
 def test_missing_key_names_file_and_key(tmp_path):
     values = official_values()
     del values["intermediate_size"]

@@ -111,8 +111,9 @@ def one_step(model, optimizer, batch, global_step):
     global_step.assign_add(1)
 
 
-def test_training_checkpoint_round_trip(tiny_config, tf1_checkpoint, train_batch, tmp_path):
-    config = tiny_config.without_dropout()
+def test_training_checkpoint_round_trip(tiny_config_no_dropout, tf1_checkpoint, train_batch,
+                                       tmp_path):
+    config = tiny_config_no_dropout
     model = BertPretrainingModel(config, name="saved")
     checkpoint.load_tf1_checkpoint(model, tf1_checkpoint)
     optimizer = Lamb(1e-3, beta_1=0.9, beta_2=0.99, weight_decay_rate=0.01)

@@ -39,8 +39,8 @@ def train_step(model, optimizer, batch, step=None):
 
 
 @pytest.fixture(scope="module")
-def lamb_run(tiny_config, tf1_checkpoint, ref_results, train_batch, eval_batch):
-    model = BertPretrainingModel(tiny_config.without_dropout(), name="lamb_run")
+def lamb_run(tiny_config_no_dropout, tf1_checkpoint, ref_results, train_batch, eval_batch):
+    model = BertPretrainingModel(tiny_config_no_dropout, name="lamb_run")
     checkpoint.load_tf1_checkpoint(model, tf1_checkpoint)
     optimizer = make_optimizer(ref_results["lamb"])
     records = []

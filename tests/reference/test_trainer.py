@@ -44,10 +44,11 @@ def with_weights(batch):
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["tf_function", "xla"])
-def trainer_run(request, tiny_config, tf1_checkpoint, ref_results, train_batch, eval_batch):
+def trainer_run(request, tiny_config_no_dropout, tf1_checkpoint, ref_results, train_batch,
+                eval_batch):
     """The reference's three LAMB steps through the trainer, compiled with XLA or not."""
     strategy = tf.distribute.get_strategy()
-    trainer = Trainer(strategy, tiny_config.without_dropout(), settings_from(ref_results["lamb"]),
+    trainer = Trainer(strategy, tiny_config_no_dropout, settings_from(ref_results["lamb"]),
                       train_batch_size=int(train_batch["input_ids"].shape[0]),
                       use_xla=request.param)
     trainer.load_initial_checkpoint(tf1_checkpoint)
@@ -92,21 +93,21 @@ def test_compiled_steps_reach_reference_weights(trainer_run, ref_arrays):
     assert checked >= 6
 
 
-def test_accumulation_clips_each_micro_batch_then_averages(tiny_config, tf1_checkpoint,
+def test_accumulation_clips_each_micro_batch_then_averages(tiny_config_no_dropout, tf1_checkpoint,
                                                            ref_results, train_batch):
     """n=2: clip(g_a)/2 + clip(g_b)/2 applied once, lr read at micro-step 1 (the reference)."""
     settings = settings_from(ref_results["lamb"])
     halves = [{k: v[:4] for k, v in train_batch.items()},
               {k: v[4:] for k, v in train_batch.items()}]
     strategy = tf.distribute.get_strategy()
-    trainer = Trainer(strategy, tiny_config.without_dropout(), settings, train_batch_size=4,
+    trainer = Trainer(strategy, tiny_config_no_dropout, settings, train_batch_size=4,
                       steps_per_update=2)
     trainer.load_initial_checkpoint(tf1_checkpoint)
     stacked = {k: tf.stack([halves[0][k], halves[1][k]]) for k in train_batch}
     losses = trainer.train_steps(iter(repeated(strategy, stacked)), 1)
 
     from reference.model import BertPretrainingModel
-    model = BertPretrainingModel(tiny_config.without_dropout(), name="manual")
+    model = BertPretrainingModel(tiny_config_no_dropout, name="manual")
     checkpoint.load_tf1_checkpoint(model, tf1_checkpoint)
     schedule = WarmupPolynomialDecay(settings.learning_rate, settings.num_train_steps,
                                      settings.num_warmup_steps, settings.start_warmup_step)
@@ -223,11 +224,11 @@ def test_keyed_dropout_masks_are_the_same_under_xla():
 
 
 @pytest.mark.parametrize("use_xla", [False, True], ids=["tf_function", "xla"])
-def test_fp16_loss_scaling_skips_non_finite_updates(tiny_config, train_batch, use_xla):
+def test_fp16_loss_scaling_skips_non_finite_updates(tiny_config_no_dropout, train_batch, use_xla):
     tf_keras.mixed_precision.set_global_policy("mixed_float16")
     try:
         strategy = tf.distribute.get_strategy()
-        trainer = Trainer(strategy, tiny_config.without_dropout(),
+        trainer = Trainer(strategy, tiny_config_no_dropout,
                           OptimizerSettings(learning_rate=1e-3, num_train_steps=10,
                                             num_warmup_steps=0),
                           train_batch_size=8, mixed_precision="fp16", use_xla=use_xla)
