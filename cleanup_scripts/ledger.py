@@ -3,23 +3,29 @@
 - a stage's markers: `<stage>.started` holds its key while it runs; `<stage>` holds its key,
   then a `path<TAB>bytes` line per output it made (relative to OUT), once it finished;
 - a ledger (`manifest.outputs`, `import_results.md5s`): `path<TAB>bytes<TAB>mtime_ns<TAB>md5`
-  lines, an md5 to trust while its file keeps its size and mtime.
+  lines, an md5 to trust while its file keeps its size and mtime;
+and OUT/manifest.tsv (`manifest_text`, `manifest_rows`): a `path<TAB>bytes<TAB>md5` header,
+then one such row per output.
 
 A damaged state file counts as never written: it is removed with a warning.
 """
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
+from typing import Iterator
 from pathlib import Path
 
 from absl import logging
 
 from benchmark.files import RefusedFile, md5_file, read_regular
 from cleanup_scripts.fileio import InputError, atomic_output, printable
+from cleanup_scripts.layout import DatasetLayout
 
 # A state file holds a key and a short line per output: anything longer is damage.
 STATE_LIMIT = 16 << 20
+MANIFEST_HEADER = "path\tbytes\tmd5\n"
 
 
 class DamagedState(InputError):
@@ -130,3 +136,33 @@ class OutputLedger:
         rows = [line.split("\t") for line in (read_state(self.path) or "").splitlines()]
         return {row[0]: Entry(int(row[1]), int(row[2]), row[3]) for row in rows
                 if len(row) == 4 and row[1].isdigit() and row[2].isdigit() and len(row[3]) == 32}
+
+
+def recorded_entries(layout: DatasetLayout) -> dict[str, list[Entry]]:
+    """{path relative to OUT: its Entry in each `.state/*.outputs` ledger that records it}."""
+    recorded: dict[str, list[Entry]] = {}
+    for ledger in sorted(layout.state_dir.glob("*.outputs")):
+        for relative, entry in OutputLedger(ledger, layout.root).entries().items():
+            recorded.setdefault(relative, []).append(entry)
+    return recorded
+
+
+def manifest_text(entries: dict[str, Entry]) -> str:
+    """The text of a manifest.tsv listing `entries` ({path relative to OUT: Entry})."""
+    return MANIFEST_HEADER + "".join(f"{name}\t{entry.size}\t{entry.md5}\n"
+                                     for name, entry in entries.items())
+
+
+def manifest_rows(text: str, where: str) -> Iterator[tuple[int, str, int, str]]:
+    """(line number, path, bytes, md5) of each row of a manifest.tsv's `text` (its header
+    skipped, blank lines too); InputError naming `where` and the line for any other row that is
+    not `path<TAB>bytes<TAB>md5`."""
+    for number, line in enumerate(text.splitlines()[1:], start=2):
+        fields = line.split("\t")
+        if not line.strip():
+            continue
+        if (len(fields) != 3 or not fields[1].isdigit()
+                or not re.fullmatch(r"[0-9a-fA-F]{32}", fields[2])):
+            raise InputError(f"{where}:{number}: expected 'path<TAB>bytes<TAB>md5': "
+                             f"{printable(line[:60])}")
+        yield number, fields[0], int(fields[1]), fields[2].lower()

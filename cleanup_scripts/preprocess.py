@@ -34,8 +34,8 @@ from cleanup_scripts.do_gather import GatherSource
 from cleanup_scripts.fileio import (DiskFullError, InputError, atomic_output, disk_full,
                                     ensure_dir, exclusive_lock, require_regular_file)
 from cleanup_scripts.layout import DatasetLayout
-from cleanup_scripts.ledger import (Entry, read_marker, read_state, write_entries, write_marker,
-                                    write_state)
+from cleanup_scripts.ledger import (Entry, manifest_text, read_marker, read_state, write_entries,
+                                    write_marker, write_state)
 from cleanup_scripts.pack_pretraining_data import (MAX_SEQUENCES_PER_PACK, PackOptions,
                                                    pack_files)
 from cleanup_scripts.pack_pretraining_data import check_options as check_pack_options
@@ -254,8 +254,7 @@ def run_manifest(layout: DatasetLayout, options: Options) -> StageSummary:
             bar.advance(1, entry.size)
     write_entries(layout.state_dir / "manifest.outputs", entries)
     with atomic_output(layout.manifest) as out:
-        out.write("path\tbytes\tmd5\n" + "".join(
-            f"{name}\t{entry.size}\t{entry.md5}\n" for name, entry in entries.items()))
+        out.write(manifest_text(entries))
     return StageSummary("manifest", len(outputs), len(outputs),
                         sum(entry.size for entry in entries.values()), started)
 

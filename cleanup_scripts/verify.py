@@ -31,7 +31,7 @@ from cleanup_scripts import checksums
 from cleanup_scripts.artifacts import verify as artifacts_verify
 from cleanup_scripts.artifacts.verify_dir import check_artifact, format_finding
 from cleanup_scripts.layout import DatasetLayout
-from cleanup_scripts.ledger import Entry, OutputLedger
+from cleanup_scripts.ledger import manifest_rows, recorded_entries
 from cleanup_scripts.runner import StageSummary, report
 
 # The official artifacts that preprocess never writes (checksums/inputs.md5).
@@ -48,32 +48,17 @@ def is_preprocess_output(directory: str) -> bool:
 
 def read_manifest(path: Path) -> dict[str, tuple[int, str]]:
     """{relative path: (bytes, md5)} of a preprocess manifest.tsv; InputError if malformed."""
-    rows = {}
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise InputError(f"{path}: cannot read the manifest ({err})") from err
-    for number, line in enumerate(lines[1:], start=2):
-        fields = line.split("\t")
-        if len(fields) != 3 or not fields[1].isdigit() or len(fields[2]) != 32:
-            raise InputError(f"{path}:{number}: not a 'path<TAB>bytes<TAB>md5' row")
-        rows[fields[0]] = (int(fields[1]), fields[2])
-    return rows
-
-
-def recorded_mtimes(layout: DatasetLayout) -> dict[str, int]:
-    """{relative path: mtime_ns} of every output the stages recorded in `.state/*.outputs`."""
-    mtimes: dict[str, int] = {}
-    for ledger_path in sorted(layout.state_dir.glob("*.outputs")):
-        entries: dict[str, Entry] = OutputLedger(ledger_path, layout.root).entries()
-        mtimes.update({name: entry.mtime_ns for name, entry in entries.items()})
-    return mtimes
+    return {name: (size, md5) for _, name, size, md5 in manifest_rows(text, str(path))}
 
 
 def manifest_problems(layout: DatasetLayout, rehash: bool) -> tuple[list[str], int, int]:
     """(a line per listed file that is missing or changed, files listed, their bytes)."""
     rows = read_manifest(layout.manifest)
-    mtimes = recorded_mtimes(layout)
+    mtimes = {name: entries[-1].mtime_ns for name, entries in recorded_entries(layout).items()}
     problems = []
     for name, (size, md5) in rows.items():
         path = layout.root / name

@@ -20,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable
 
 import requests
 from google.api_core import exceptions as api_exceptions
@@ -36,7 +36,7 @@ from benchmark.files import md5_file
 from cleanup_scripts.artifacts import partial_name, problem, resume_hint, verified
 from cleanup_scripts.fileio import InputError, ensure_dir
 from cleanup_scripts.layout import DatasetLayout
-from cleanup_scripts.ledger import Entry, OutputLedger
+from cleanup_scripts.ledger import Entry, manifest_rows, recorded_entries
 from cleanup_scripts.runner import StageSummary, report
 
 GS_SCHEME = "gs://"
@@ -253,20 +253,6 @@ def inside_source(root: Path, relative: str, where: str) -> Path:
     return root / relative
 
 
-def manifest_rows(text: str, where: str) -> Iterator[tuple[int, str, int, str]]:
-    """(line number, path, bytes, md5) of each row of a `manifest.tsv` (its header skipped);
-    InputError naming `where` and the line for a row that is not `path<TAB>bytes<TAB>md5`."""
-    for number, line in enumerate(text.splitlines()[1:], start=2):
-        fields = line.split("\t")
-        if not line.strip():
-            continue
-        if (len(fields) != 3 or not fields[1].isdigit()
-                or not re.fullmatch(r"[0-9a-fA-F]{32}", fields[2])):
-            raise InputError(f"{where}:{number}: expected 'path<TAB>bytes<TAB>md5': "
-                             f"{line[:60]!r}")
-        yield number, fields[0], int(fields[1]), fields[2].lower()
-
-
 def read_manifest(source_dir: Path) -> list[LocalFile]:
     """The files listed in `source_dir/manifest.tsv` (path, bytes, md5), then the manifest.
     InputError for a listed path that leads outside `source_dir` (`inside_source`) or a listed
@@ -329,10 +315,7 @@ def check_manifest_md5s(files: list[LocalFile], source_dir: str | os.PathLike, u
     has it (`current_md5`, in `nworker` threads), with the manifest's, the file's and the
     bucket's md5 (or that the object is absent)."""
     root = Path(source_dir)
-    recorded: dict[str, list[Entry]] = {}
-    for ledger in sorted(DatasetLayout(root).state_dir.glob("*.outputs")):
-        for relative, entry in OutputLedger(ledger, root).entries().items():
-            recorded.setdefault(relative, []).append(entry)
+    recorded = recorded_entries(DatasetLayout(root))
     listed = [local for local in files if local.md5]
     actual = _in_threads(lambda local: current_md5(local, root, recorded), listed, nworker,
                          "md5")
