@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import os
 import shutil
+import socket
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -40,6 +41,13 @@ def problem(err: BaseException) -> str:
     plain = found.args[0] if found.args and isinstance(found.args[0], str) else None
     text = str(found) if isinstance(found, OSError) or plain is None else plain
     return printable(" ".join(text.split()) or type(found).__name__)
+
+
+def unknown_host(err: BaseException) -> bool:
+    """Whether a name lookup that failed for good (the resolver does not know the host, not a
+    temporary failure) lies under `err`: a retry cannot cure it."""
+    return any(isinstance(c, socket.gaierror) and c.errno != socket.EAI_AGAIN
+               for c in _causes(err))
 
 
 def partial_name(dest: str | os.PathLike) -> Path:

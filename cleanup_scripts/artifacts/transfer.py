@@ -27,7 +27,7 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from benchmark.errors import printable
 from benchmark.files import md5_file
-from cleanup_scripts.artifacts import partial_name, problem, resume_hint, verified
+from cleanup_scripts.artifacts import partial_name, problem, resume_hint, unknown_host, verified
 from cleanup_scripts.fileio import InputError, ensure_dir
 
 CHUNK_SIZE = 1 << 20
@@ -44,8 +44,13 @@ _READ_ERRORS = (requests.RequestException, urllib3_exceptions.HTTPError, OSError
 
 
 class Retryable(Exception):
-    """A transient failure of one request (connection error, HTTP 5xx or 429, a transfer cut
-    short): the caller waits and tries again, resuming where it stopped."""
+    """A failure of one request (connection error, HTTP 5xx or 429, a transfer cut short): the
+    caller waits and tries again, resuming where it stopped, unless it is `final` (an unknown
+    host: the same answer again)."""
+
+    def __init__(self, message: str, final: bool = False) -> None:
+        super().__init__(message)
+        self.final = final
 
 
 class LoginRequired(InputError):
@@ -207,7 +212,7 @@ def _open_source(url: str, offset: int, session: requests.Session
         raise InputError(f"too many redirects from {printable(url)} (the last, HTTP "
                          f"{last.status_code}, to {printable(target)})") from err
     except requests.RequestException as err:
-        raise Retryable(problem(err)) from err
+        raise Retryable(problem(err), final=unknown_host(err)) from err
     with response:
         status = response.status_code
         if status == 416 and offset:  # nothing after `offset`: the partial file is complete
@@ -295,7 +300,7 @@ def _download(url: str, dest: Path, size: int | None, limit: int | None, retries
                         f"{dest}: download from {printable(url)} too slow: {have:,}{of} bytes "
                         f"after {time.monotonic() - deadline.started:.1f} s "
                         f"({deadline.describe()}){resume_hint(partial)}") from err
-                if attempt == retries:
+                if attempt == retries or err.final:
                     raise InputError(f"{dest}: download from {printable(url)} failed ({err})"
                                      f"{resume_hint(partial)}") from err
                 print(f"{dest.name}: {err}; retrying ({attempt + 1}/{retries})", file=sys.stderr)

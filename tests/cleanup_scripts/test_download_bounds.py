@@ -220,6 +220,22 @@ def test_a_failed_name_lookup_advises_resuming_only_from_a_partial_file(no_such_
     assert one_error_line(capsys).endswith("known); run again to resume from vocab.txt.partial")
 
 
+def test_an_unknown_host_is_not_retried_a_temporary_lookup_failure_is(no_such_host, tmp_path,
+                                                                       capsys, monkeypatch):
+    # With the default retries: an unknown host is the same answer each time, one line at once.
+    status, seconds = timed_cli(vocab_from(no_such_host, tmp_path))
+    assert status == 1 and seconds < 5
+    assert "Name or service not known" in one_error_line(capsys)
+
+    def temporary(host, *args, **kwargs):
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+    monkeypatch.setattr(socket, "getaddrinfo", temporary)
+    assert run_cli(vocab_from(no_such_host, tmp_path, "--retries=1")) == 1
+    err = capsys.readouterr().err
+    assert "retrying (1/1)" in err and err.count("Temporary failure in name resolution") == 2
+
+
 @pytest.mark.timeout(60)
 def test_an_endless_metadata_file_is_stopped(server, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(r2, "R2_METADATA_MAX_BYTES", 100_000)
