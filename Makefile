@@ -18,7 +18,7 @@ DIR      ?= $(OUT)
 BUCKET   ?=
 # make download: official artifacts (config, vocab, tf1_ckpt, tf2_ckpt, dump, results; or all),
 # from SOURCE (r2, the MLCommons bucket, by default; url) or from FROM_DIR, a folder
-# mlc-r2-downloader.sh filled. DOWNLOAD_ARGS: more flags (--decompress, --retries=N).
+# mlc-r2-downloader.sh filled. DOWNLOAD_ARGS: more flags (--r2_downloader=PATH, --decompress).
 ARTIFACTS ?= config,vocab
 SOURCE    ?= r2
 FROM_DIR  ?=

@@ -2,12 +2,13 @@
 
     python -m cleanup_scripts.artifacts.download --output_dir=DIR [--artifacts=config,vocab]
         [--source=r2|url] [--url NAME=URL ...] [--base_url=URL] [--from_dir=DIR]
-        [--decompress] [--retries=3] [--list]
+        [--r2_downloader=PATH] [--decompress] [--retries=3] [--list]
 
 Writes the reference's layout: `DIR/bert_config.json`, `DIR/vocab.txt`, `DIR/tf1_ckpt/…`,
 `DIR/tf2_ckpt/…`, the dump (`--decompress` adds its `.xml`) and `DIR/results/`. Files come from
-the MLCommons R2 bucket (`r2`, the default), or a folder its official downloader filled
-(`--from_dir`); `--url NAME=URL` and `--base_url` override it per file (`transfer.fetch`).
+the MLCommons R2 bucket (`r2`, the default; behind a login, through its official downloader),
+or a folder that downloader filled (`--from_dir`); `--url NAME=URL` and `--base_url` override
+it per file (`transfer.fetch`).
 """
 from __future__ import annotations
 
@@ -162,10 +163,14 @@ def _parser() -> argparse.ArgumentParser:
                         help="Source of one artifact (http(s)://, file:// or a path); repeatable.")
     parser.add_argument("--base_url", default=None,
                         help="Fetch every artifact without --url from BASE_URL/<its path>.")
+    parser.add_argument("--r2_downloader", default=None, metavar="PATH",
+                        help=f"The official {r2.R2_DOWNLOADER} (mlcommons/r2-downloader) to get "
+                        f"the R2 files with (it logs in); by default the one on PATH is run "
+                        f"when the bucket asks for a login.")
     parser.add_argument("--from_dir", default=None, metavar="DIR",
                         help=f"Take the R2 files from a folder {r2.R2_DOWNLOADER} filled (its "
                         f"-d, or the folder holding its input_files/ and processed_dataset/) "
-                        f"instead of downloading them; for a bucket that asks for a login.")
+                        f"instead of downloading them.")
     parser.add_argument("--r2_metadata", default=r2.R2_METADATA_URL, metavar="URL",
                         help="Where the bucket's <dataset>.uri/.md5 metadata files are "
                         "(default: %(default)s).")
@@ -203,9 +208,10 @@ def main(argv: list[str] | None = None) -> None:
     names = [name for name in args.artifacts.split(",") if name]
     paths = resolve_names(names, known)
     urls = _parse_urls(args.url, known)
-    if args.source != "r2" and args.from_dir:
-        raise InputError(f"--from_dir is for the R2 bucket; it does not go with "
-                         f"--source={args.source}")
+    for flag, value in (("--from_dir", args.from_dir), ("--r2_downloader", args.r2_downloader)):
+        if value and args.source != "r2":
+            raise InputError(f"{flag} is for the R2 bucket; it does not go with "
+                             f"--source={args.source}")
     from_r2 = [path for path in paths
                if args.source == "r2" and path not in urls and not args.base_url]
     sources = {path: source_url(path, urls, args.base_url)
@@ -221,7 +227,7 @@ def main(argv: list[str] | None = None) -> None:
     placed = [output_dir / path for path in sources]
     if request.datasets():
         placed += r2.r2_download(request, known, output_dir, args.r2_metadata, args.from_dir,
-                                 args.retries)
+                                 args.retries, args.r2_downloader)
     count, total = len(placed), sum(path.stat().st_size for path in placed)
     if args.decompress and DUMP_BZ2 in paths:
         xml = known[DUMP_XML]

@@ -9,7 +9,11 @@ the md5 of `checksums/` (or, for a results/ file that lacks one, of the bucket's
 """
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
+import sys
 import tarfile
 import urllib.parse
 import zlib
@@ -117,15 +121,10 @@ class Dataset:
 
 def open_dataset(metadata_url: str, name: str, folder: Path, retries: int) -> Dataset:
     """Fetch dataset `name`'s `.uri` and `.md5` into `folder`, where the official downloader
-    keeps them too. A Cloudflare Access login is one line saying how to do without it."""
+    keeps them too. LoginRequired when the bucket wants credentials."""
     uri = dataset_uri(metadata_url, name)
     where = ensure_dir(folder) / f"{name}.uri"
-    try:
-        fetch(uri, where, retries=retries, max_size=R2_METADATA_MAX_BYTES)
-    except LoginRequired as err:
-        raise InputError(f"{err}: get the dataset with the official downloader (`curl -fsSLO "
-                         f"{R2_DOWNLOADER_URL}`, then `bash {R2_DOWNLOADER} -d DIR {uri}`) and "
-                         f"pass --from_dir=DIR") from err
+    fetch(uri, where, retries=retries, max_size=R2_METADATA_MAX_BYTES)
     lines = where.read_text(encoding="utf-8", errors="replace").split()
     if len(lines) != 1 or not re.match(r"^(https?|file)://\S+$", lines[0]):
         raise InputError(f"{uri}: not a dataset .uri file (one line, the URL of the dataset's "
@@ -164,11 +163,55 @@ def fetch_inputs(dataset: Dataset, paths: list[str], known: Mapping[str, checksu
     return [output_dir / path for path in paths]
 
 
-def _check_found(found: Path, md5: str, label: str) -> None:
-    """InputError unless `found` (a file in a folder the user gave) has md5 `md5`."""
+def find_downloader(given: str | None, why: str = "") -> Path:
+    """The official `mlc-r2-downloader.sh`: `given`, else the one on PATH. InputError (one
+    line: `why`, then how to get it or to do without) when there is none."""
+    get_it = (f"get it with `curl -fsSLO {R2_DOWNLOADER_URL}` and pass "
+              f"--r2_downloader=./{R2_DOWNLOADER}, or run it yourself (`bash {R2_DOWNLOADER} -d "
+              f"DIR <dataset .uri>`) and pass --from_dir=DIR")
+    if given:
+        path = Path(given).expanduser()
+        if not path.is_file():
+            raise InputError(f"{given}: no such file (the official R2 downloader); {get_it}")
+        return path
+    found = shutil.which(R2_DOWNLOADER)
+    if found:
+        return Path(found)
+    raise InputError(f"{why + ': ' if why else ''}the official {R2_DOWNLOADER} is needed and is "
+                     f"not on PATH: {get_it}")
+
+
+def run_downloader(script: Path, uri: str, folder: Path) -> int:
+    """Run the official downloader for the dataset of `uri` into `folder` (its -d); returns its
+    exit status. It logs in (a browser, or the service token of CF_ACCESS_CLIENT_ID and
+    CF_ACCESS_CLIENT_SECRET: its -s), resumes what an earlier run left and checks md5s."""
+    command = ["bash", str(script)]
+    if os.environ.get("CF_ACCESS_CLIENT_ID") and os.environ.get("CF_ACCESS_CLIENT_SECRET"):
+        command.append("-s")
+    command += ["-d", str(ensure_dir(folder)), uri]
+    print("running " + " ".join(command), file=sys.stderr, flush=True)
+    try:
+        return subprocess.run(command, check=False).returncode
+    except OSError as err:
+        raise InputError(f"{script}: cannot run it with bash ({err.strerror})") from err
+
+
+def _check_found(found: Path, md5: str, label: str, size: int | None = None,
+                 staged: bool = False) -> None:
+    """InputError unless `found` has md5 `md5`. A file the user gave is left as it is; one the
+    official downloader staged (`staged`) is kept when short of `size` (its next run resumes
+    it) and removed when its bytes are wrong (its next run fetches it anew)."""
+    if staged and size is not None and found.stat().st_size < size:
+        raise InputError(f"{found}: incomplete ({found.stat().st_size} of {size} bytes); run "
+                         f"again to resume the download")
     actual = md5_file(found)
-    if actual != md5:
-        raise InputError(f"{found}: md5 {actual} is not the official {md5} of {label}; not used")
+    if actual == md5:
+        return
+    if staged:
+        found.unlink()
+        raise InputError(f"{found}: md5 {actual} is not the official {md5} of {label}; removed, "
+                         f"run again to download it anew")
+    raise InputError(f"{found}: md5 {actual} is not the official {md5} of {label}; not used")
 
 
 def find_folder(root: Path, name: str) -> tuple[Path, dict[str, str] | None]:
@@ -185,9 +228,11 @@ def find_folder(root: Path, name: str) -> tuple[Path, dict[str, str] | None]:
 
 
 def import_inputs(folder: Path, listing: Mapping[str, str] | None, paths: list[str],
-                  known: Mapping[str, checksums.Artifact], output_dir: Path) -> list[Path]:
-    """Check the input artifacts `paths` in a folder the official downloader filled and place
-    them under `output_dir` (hard links where possible); returns the files placed."""
+                  known: Mapping[str, checksums.Artifact], output_dir: Path,
+                  staged: bool = False) -> list[Path]:
+    """Check the input artifacts `paths` in a folder the official downloader filled (`staged`:
+    our run of it, see `_check_found`) and place them under `output_dir` (hard links where
+    possible); returns the files placed."""
     where = str(folder / f"{R2_INPUTS}.md5")
     for path in paths:
         artifact = known[path]
@@ -199,7 +244,7 @@ def import_inputs(folder: Path, listing: Mapping[str, str] | None, paths: list[s
         if found is None:
             raise InputError(f"{folder / candidates[0]}: missing ({path} is not in {folder})")
         if not verified(output_dir / path, artifact.md5, artifact.size):
-            _check_found(found, artifact.md5, path)
+            _check_found(found, artifact.md5, path, artifact.size, staged)
             place(found, output_dir / path)
         print(f"ok  {path}")
     return [output_dir / path for path in paths]
@@ -294,22 +339,65 @@ def import_results(folder: Path, listing: Mapping[str, str] | None,
 
 
 def r2_download(request: R2Request, known: Mapping[str, checksums.Artifact], output_dir: Path,
-                metadata_url: str, from_dir: str | None, retries: int) -> list[Path]:
-    """Get the requested artifacts from the bucket into `output_dir`, over HTTPS (staged in
-    `output_dir/r2/<dataset>/`) or from `from_dir`; returns the files placed."""
+                metadata_url: str, from_dir: str | None, retries: int,
+                downloader: str | None = None) -> list[Path]:
+    """Get the requested artifacts from the bucket into `output_dir`; returns the files placed.
+
+    From `from_dir` when given (a folder the official downloader filled); else over HTTPS,
+    staged in `output_dir/r2/<dataset>/`, while the bucket asks for no login; else (or with
+    `downloader`) through the official downloader, the one given or on PATH, into that folder.
+    """
+    script = find_downloader(downloader) if downloader else None
     placed = []
     for name in request.datasets():
+        staging = output_dir / R2_STAGING / name
         if from_dir:
-            folder, listing = find_folder(Path(from_dir).expanduser(), name)
-            fetch_file = None
-        else:
-            dataset = open_dataset(metadata_url, name, output_dir / R2_STAGING / name, retries)
-            folder, listing, fetch_file = dataset.folder, dataset.listing, dataset.fetch_file
-        if name == R2_PROCESSED:
-            placed += import_results(folder, listing, known, request.results,
-                                     output_dir / "results", fetch_file)
-        elif from_dir:
-            placed += import_inputs(folder, listing, request.inputs, known, output_dir)
-        else:
-            placed += fetch_inputs(dataset, request.inputs, known, output_dir)
+            placed += _import(name, Path(from_dir).expanduser(), request, known, output_dir)
+            continue
+        if script is None:
+            try:
+                dataset = open_dataset(metadata_url, name, staging, retries)
+            except LoginRequired as err:
+                script = find_downloader(None, why=str(err))
+            else:
+                placed += (import_results(dataset.folder, dataset.listing, known,
+                                          request.results, output_dir / "results",
+                                          dataset.fetch_file)
+                           if name == R2_PROCESSED else fetch_inputs(dataset, request.inputs,
+                                                                     known, output_dir))
+                continue
+        placed += _through_downloader(script, name, dataset_uri(metadata_url, name), staging,
+                                      request, known, output_dir)
+    return placed
+
+
+def _import(name: str, root: Path, request: R2Request, known: Mapping[str, checksums.Artifact],
+            output_dir: Path, staged: bool = False) -> list[Path]:
+    """Place dataset `name`'s requested files from the folder under `root` the official
+    downloader filled."""
+    folder, listing = find_folder(root, name)
+    if name == R2_PROCESSED:
+        return import_results(folder, listing, known, request.results, output_dir / "results")
+    return import_inputs(folder, listing, request.inputs, known, output_dir, staged)
+
+
+def _through_downloader(script: Path, name: str, uri: str, staging: Path, request: R2Request,
+                        known: Mapping[str, checksums.Artifact], output_dir: Path) -> list[Path]:
+    """Run the official downloader for dataset `name` into `staging` (not when every input
+    asked for is already verified), then place the requested files from there."""
+    if name == R2_INPUTS and all(verified(output_dir / path, known[path].md5, known[path].size)
+                                 for path in request.inputs):
+        for path in request.inputs:
+            print(f"ok  {path}")
+        return [output_dir / path for path in request.inputs]
+    status = run_downloader(script, uri, staging)
+    try:
+        placed = _import(name, staging, request, known, output_dir, staged=True)
+    except InputError as err:
+        if status == 0:
+            raise
+        raise InputError(f"{err} (the official downloader exited with status {status})") from err
+    if status != 0:
+        print(f"{script.name} exited with status {status}, but every file asked for is verified",
+              file=sys.stderr)
     return placed

@@ -426,30 +426,104 @@ def test_an_interrupted_download_resumes_with_a_range_request(bucket, replica, t
 
 
 # ----------------------------------------------------------------------------------------------
-# When the bucket asks for a login: the official downloader, then --from_dir
+# When the bucket asks for a login: the official downloader
+
+
+@pytest.mark.parametrize("answer", [302, 403])
+def test_a_login_drives_the_official_downloader_from_path(bucket, replica, tables, downloader,
+                                                          tmp_path, monkeypatch, answer):
+    bucket.protected = answer
+    monkeypatch.setenv("PATH", f"{downloader.script.parent}{os.pathsep}{os.environ['PATH']}")
+    out = tmp_path / "out"
+    assert run_cli(r2_args(out, bucket, tables, "--artifacts=all")) == 0
+    assert_inputs(out, replica)
+    staged = out / "r2" / INPUTS
+    assert downloader.log.read_text().split() == \
+        ["-d", str(staged), f"{bucket.url}/metadata/{INPUTS}.uri"]
+    assert os.path.samefile(out / TF1_DATA, staged / TF1_DATA_IN_BUCKET)  # linked, not copied
+    # Everything verified: a re-run does not run the downloader again.
+    assert run_cli(r2_args(out, bucket, tables, "--artifacts=all")) == 0
+    assert len(downloader.log.read_text().splitlines()) == 1
 
 
 @pytest.mark.parametrize("answer, words", [(302, "asks for a Cloudflare Access login"),
                                            (403, "HTTP 403 Forbidden")])
-def test_a_login_is_one_line_naming_the_downloader_and_from_dir(bucket, replica, tables,
-                                                                 downloader, tmp_path, capsys,
-                                                                 answer, words):
+def test_a_login_without_the_downloader_says_how_to_get_it_or_do_without(
+        bucket, replica, tables, downloader, tmp_path, monkeypatch, capsys, answer, words):
     bucket.protected = answer
+    path = os.environ["PATH"]
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     out = tmp_path / "out"
     assert run_cli(r2_args(out, bucket, tables, "--artifacts=all")) == 1
     uri = f"{bucket.url}/metadata/{INPUTS}.uri"
     assert error_line(capsys) == (
-        f"error: {uri}: {words}: get the dataset with the official "
-        f"downloader (`curl -fsSLO https://raw.githubusercontent.com/mlcommons/r2-downloader/"
-        f"refs/heads/main/mlc-r2-downloader.sh`, then `bash mlc-r2-downloader.sh -d DIR {uri}`) "
-        f"and pass --from_dir=DIR")
+        f"error: {uri}: {words}: the official mlc-r2-downloader.sh is needed and is not on "
+        f"PATH: get it with `curl -fsSLO https://raw.githubusercontent.com/mlcommons/"
+        f"r2-downloader/refs/heads/main/mlc-r2-downloader.sh` and pass "
+        f"--r2_downloader=./mlc-r2-downloader.sh, or run it yourself (`bash "
+        f"mlc-r2-downloader.sh -d DIR <dataset .uri>`) and pass --from_dir=DIR")
     assert bucket.fetched() == [] and not (out / "vocab.txt").exists()
-    folder = tmp_path / "r2-inputs"  # what the user does next, as the line says
+    assert run_cli(r2_args(out, bucket, tables, "--artifacts=vocab",
+                           f"--r2_downloader={tmp_path / 'nowhere.sh'}")) == 1
+    assert "nowhere.sh: no such file (the official R2 downloader); get it with `curl" in \
+        error_line(capsys)
+    folder = tmp_path / "r2-inputs"  # the other way the line gives: run it, then --from_dir
+    monkeypatch.setenv("PATH", path)
     subprocess.run(["bash", str(downloader.script), "-d", str(folder), uri], check=True,
                    capture_output=True)
     assert run_cli(r2_args(out, bucket, tables, "--artifacts=all", f"--from_dir={folder}")) == 0
     assert_inputs(out, replica)
-    assert os.path.samefile(out / TF1_DATA, folder / TF1_DATA_IN_BUCKET)  # linked, not copied
+
+
+def test_the_official_downloader_md5_mismatch_removes_its_file(bucket, replica, tables,
+                                                              downloader, tmp_path, capsys):
+    good = replica.inputs["vocab.txt"]
+    bad = good.replace(b"fake", b"FAKE")
+    bucket.files["/wikipedia_for_bert/input_files/vocab.txt"] = bad  # the list keeps md5(good)
+    out = tmp_path / "out"
+    args = r2_args(out, bucket, tables, "--artifacts=vocab",
+                   f"--r2_downloader={downloader.script}")
+    assert run_cli(args) == 1
+    staged = out / "r2" / INPUTS / "vocab.txt"
+    assert re.fullmatch(rf"error: {re.escape(str(staged))}: md5 {md5(bad)} is not the official "
+                        rf"{md5(good)} of vocab.txt; removed, run again to download it anew "
+                        rf"\(the official downloader exited with status 1\)", error_line(capsys))
+    assert not staged.exists() and not (out / "vocab.txt").exists()
+    bucket.files["/wikipedia_for_bert/input_files/vocab.txt"] = good
+    assert run_cli(args) == 0
+    assert (out / "vocab.txt").read_bytes() == good
+
+
+def test_the_official_downloader_resumes_after_an_interruption(bucket, replica, tables,
+                                                               downloader, tmp_path, capsys):
+    path = "tf2_ckpt/model.ckpt-28252.data-00000-of-00001"
+    url_path = f"/wikipedia_for_bert/input_files/{path}"
+    bucket.cut[url_path] = 4096
+    out = tmp_path / "out"
+    args = r2_args(out, bucket, tables, "--artifacts=tf2_ckpt",
+                   f"--r2_downloader={downloader.script}")
+    assert run_cli(args) == 1
+    size = len(replica.inputs[path])
+    assert error_line(capsys).endswith(f"{path}: incomplete (4096 of {size} bytes); run again to "
+                                       f"resume the download (the official downloader exited "
+                                       f"with status 1)")
+    assert (out / "r2" / INPUTS / path).stat().st_size == 4096  # kept for the resume
+    assert not (out / path).exists()
+    bucket.requests.clear()
+    assert run_cli(args) == 0
+    assert (url_path, "bytes=4096-") in bucket.requests
+    for tf2_path, data in replica.inputs.items():
+        if tf2_path.startswith("tf2_ckpt/"):
+            assert (out / tf2_path).read_bytes() == data
+
+
+def test_the_official_downloader_brings_results(bucket, replica, tables, downloader, tmp_path):
+    out = tmp_path / "out"
+    assert run_cli(r2_args(out, bucket, tables, "--artifacts=results",
+                           f"--r2_downloader={downloader.script}")) == 0
+    assert_results(out, replica)
+    assert downloader.log.read_text().split() == \
+        ["-d", str(out / "r2" / PROCESSED), f"{bucket.url}/metadata/{PROCESSED}.uri"]
 
 
 # ----------------------------------------------------------------------------------------------
