@@ -61,8 +61,8 @@ def _damaged(path: Path, problem: str, remove: bool) -> None:
     """Warn and remove the damaged state file `path` (DamagedState when not `remove`)."""
     if not remove:
         raise DamagedState(f"{printable(path)}: damaged state file ({problem})")
-    logging.warning("%s: damaged state file (%s); removed: it counts as never written",
-                    printable(path), problem)
+    logging.warning("%s: damaged state file (%s); removed: it counts as never written, so its "
+                    "work is redone", printable(path), problem)
     path.unlink(missing_ok=True)
 
 

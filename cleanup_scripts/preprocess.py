@@ -4,6 +4,10 @@ in one resumable command.
     python -m cleanup_scripts.preprocess --output_dir=build/dataset [--dump=PATH_OR_URL]
     python -m cleanup_scripts.preprocess --output_dir=build/dataset --results_text=DIR
 
+Run the same command again after a crash or kill: finished stages with the same parameters are
+skipped, an unfinished one goes on from its finished files, and a changed flag redoes its stage
+and every stage after it (the state is in OUTPUT_DIR/.state/). This docstring is the --help.
+
 A route is a tuple of `Stage`s: STAGES from a dump (the slice shipped in the repository, with
 small-input defaults, when there is no --dump), RESULTS_STAGES from the official text; --pack
 adds PACK_STAGE before the manifest. `run_pipeline` runs them (`run_stage` says when a stage

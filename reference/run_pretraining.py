@@ -1,5 +1,22 @@
 """`python -m reference.run_pretraining`: MLPerf BERT pre-training and evaluation in TF2, with
-the MLCommons reference's flags (reference/run_flags.py) plus --eval_file and --preset.
+the MLCommons reference's flags (reference/run_flags.py) plus --eval_file and --preset. This
+docstring is the command's --help.
+
+    python -m reference.run_pretraining --bert_config_file=bert_config.json \\
+        --init_checkpoint=tf1_ckpt/model.ckpt-28252 --input_file='gs://b/tfrecord/part-*' \\
+        --eval_file=gs://b/tfrecord/eval_10k --output_dir=gs://b/run0 --do_train --do_eval \\
+        --train_batch_size=8192 ... --use_tpu --tpu_name=NAME   (the reference's command line)
+    python -m reference.run_pretraining --preset=v3-128 --data_dir=gs://b/tfrecord \\
+        --init_checkpoint=... --output_dir=...                   (the same, from presets/)
+    python -m reference.run_pretraining --nodo_train --do_eval --eval_file=eval_10k \\
+        --init_checkpoint=CKPT --bert_config_file=... --output_dir=DIR   (one eval)
+
+Training evaluates every eval_frequency(global batch) samples and stops at the first masked-LM
+accuracy >= --target_mlm_accuracy (success) or after --num_train_steps (aborted); the MLPerf log
+is --mlperf_log (default OUTPUT_DIR/mlperf.log). The same command again resumes a killed run
+from its newest complete checkpoint, bit for bit, and refuses other run settings. Step counts
+are micro-steps of --train_batch_size records (x --steps_per_update per optimizer update). A
+problem with the flags or inputs is one line "error: ..." and exit status 1. README: "Train".
 
 `main` wires the layers: flags and preset -> RunOptions (reference/run_options.py) -> the
 strategy -> preflight's CheckedInputs (reference/preflight.py) -> the run (reference/run_loop.py).

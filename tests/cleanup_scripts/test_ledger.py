@@ -70,7 +70,7 @@ def test_marker_with_a_malformed_line_counts_as_never_written(tmp_path, caplog):
         assert read_marker(marker) is None
     assert [record.getMessage() for record in caplog.records] == [
         f"{marker}: damaged state file (not a stage record); removed: it counts as never "
-        f"written"]
+        f"written, so its work is redone"]
     assert not marker.exists()
 
 
@@ -87,7 +87,8 @@ def test_damaged_state_file_counts_as_never_written(tmp_path, caplog, content, p
     with caplog.at_level(logging.WARNING):
         assert read_state(state) is None
     assert [record.getMessage() for record in caplog.records] == [
-        f"{state}: damaged state file ({problem}); removed: it counts as never written"]
+        f"{state}: damaged state file ({problem}); removed: it counts as never written, so its "
+        f"work is redone"]
     assert not state.exists()
     state.write_bytes(content)
     with pytest.raises(DamagedState, match=f"^{state}: damaged state file \\({problem}\\)$"):
