@@ -16,10 +16,11 @@ import subprocess
 import sys
 import tarfile
 import urllib.parse
+import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Callable, Mapping
+from typing import BinaryIO, Callable, Iterator, Mapping
 
 from benchmark.files import md5_file
 from cleanup_scripts import checksums
@@ -37,7 +38,10 @@ R2_DEFAULT_FOLDERS = {R2_INPUTS: "input_files", R2_PROCESSED: "processed_dataset
 R2_OTHER_NAMES = {"tf1_ckpt/model.ckpt-28252.data-00000-of-00001":
                   ("tf1_ckpt/model.ckpt-28252-003.data-00000-of-00001",)}
 R2_RESULTS_LIST = "bert_reference_results_text_md5.txt"
-R2_RESULTS_ARCHIVE = "results_text.tar.gz"  # the bucket has a .zip of the same files too
+R2_RESULTS_ARCHIVE = "results_text.tar.gz"  # what is fetched over HTTPS
+# What a folder the user filled may hold instead: the bucket's .zip of the same files, or the
+# folder the archives unpack to.
+R2_RESULTS_SOURCES = (R2_RESULTS_ARCHIVE, "results_text.zip", "results4")
 # Ceilings for the files of unpublished size: the metadata and the results md5 list (502 files
 # in ~40 KB), and the results archive (its 502 text files hold ~13.6 GB; packed, they can only
 # be a little larger).
@@ -282,24 +286,43 @@ def results_expected(list_path: Path, known: Mapping[str, checksums.Artifact]
     return expected
 
 
+def _members(source: Path) -> Iterator[tuple[str, BinaryIO]]:
+    """(path, stream) of each file of a results archive (.tar.gz read as a stream, .zip) or of
+    the folder it unpacks to."""
+    if source.is_dir():
+        for path in sorted(p for p in source.rglob("*") if p.is_file()):
+            with open(path, "rb") as handle:
+                yield path.relative_to(source).as_posix(), handle
+    elif source.suffix == ".zip":
+        with zipfile.ZipFile(source) as archive:
+            for info in archive.infolist():
+                if not info.is_dir():
+                    with archive.open(info) as handle:
+                        yield info.filename, handle
+    else:
+        with tarfile.open(source, "r|*") as archive:  # a stream: one pass, no index
+            for member in archive:
+                handle = archive.extractfile(member) if member.isfile() else None
+                if handle is not None:
+                    yield member.name, handle
+
+
 def unpack_results(archive: Path, expected: Mapping[str, str], names: list[str],
                    results_dir: Path) -> None:
-    """Write files `names` of results/ from the .tar.gz `archive` into `results_dir`, each with
-    its md5 of `expected` before it takes its name."""
+    """Write files `names` of results/ from `archive` (see `_members`) into `results_dir`, each
+    with its md5 of `expected` before it takes its name."""
     ensure_dir(results_dir)
     todo = set(names)
     try:
-        with tarfile.open(archive, "r|*") as members:  # a stream: one pass, no index
-            for member in members:
-                name = _flat_name(member.name) if member.isfile() else None
-                if name in todo:
-                    stream = members.extractfile(member)
-                    write_checked(iter(lambda: stream.read(CHUNK_SIZE), b""),
-                                  results_dir / name, expected[name], f"unpacked from {archive}")
-                    todo.discard(name)
-                    if not todo:
-                        break
-    except (tarfile.TarError, zlib.error, EOFError, OSError) as err:
+        for member, stream in _members(archive):
+            name = _flat_name(member)
+            if name in todo:
+                write_checked(iter(lambda: stream.read(CHUNK_SIZE), b""), results_dir / name,
+                              expected[name], f"unpacked from {archive}")
+                todo.discard(name)
+                if not todo:
+                    break
+    except (tarfile.TarError, zipfile.BadZipFile, zlib.error, EOFError, OSError) as err:
         raise InputError(f"{archive}: damaged archive ({' '.join(str(err).split())})") from err
     if todo:
         raise InputError(f"{archive}: has no results/{min(todo)} ({len(todo)} of the "
@@ -329,10 +352,12 @@ def import_results(folder: Path, listing: Mapping[str, str] | None,
     if pending:
         if fetch_file is not None:
             fetch_file(R2_RESULTS_ARCHIVE)
-        if not (folder / R2_RESULTS_ARCHIVE).is_file():
-            raise InputError(f"{folder / R2_RESULTS_ARCHIVE}: missing (results/ of the processed "
-                             f"dataset)")
-        unpack_results(folder / R2_RESULTS_ARCHIVE, expected, pending, results_dir)
+        source = next((folder / name for name in R2_RESULTS_SOURCES
+                       if (folder / name).exists()), None)
+        if source is None:
+            raise InputError(f"{folder}: holds none of {', '.join(R2_RESULTS_SOURCES)} "
+                             f"(results/ of the processed dataset)")
+        unpack_results(source, expected, pending, results_dir)
     for name in names:
         print(f"ok  results/{name}")
     return [results_dir / name for name in names]

@@ -20,6 +20,7 @@ import http.server
 import io
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -556,6 +557,30 @@ def test_from_dir_takes_the_downloader_folders_without_network(bucket, replica, 
     assert run_cli(r2_args(out2, bucket, tables, "--artifacts=tf1_ckpt",
                            f"--from_dir={filled / 'input_files'}")) == 0
     assert (out2 / TF1_DATA).read_bytes() == replica.inputs[TF1_DATA]
+
+
+def test_from_dir_results_from_the_zip_or_the_unpacked_folder(bucket, replica, tables,
+                                                                downloader, tmp_path, capsys):
+    filled = fill_like_the_downloader(downloader, bucket, tmp_path / "downloads")
+    processed = filled / "processed_dataset"
+    (processed / "results_text.tar.gz").unlink()  # a user who kept only the .zip
+    args = r2_args(tmp_path / "out", bucket, tables, "--artifacts=results",
+                   f"--from_dir={filled}")
+    assert run_cli(args) == 0
+    assert_results(tmp_path / "out", replica)
+    with zipfile.ZipFile(processed / "results_text.zip") as archive:  # or unpacked it by hand
+        archive.extractall(processed)
+    (processed / "results_text.zip").unlink()
+    assert (processed / "results4").is_dir()
+    args[0] = f"--output_dir={tmp_path / 'out2'}"
+    assert run_cli(args) == 0
+    assert_results(tmp_path / "out2", replica)
+    shutil.rmtree(processed / "results4")
+    args[0] = f"--output_dir={tmp_path / 'out3'}"
+    assert run_cli(args) == 1
+    assert error_line(capsys) == (f"error: {processed}: holds none of results_text.tar.gz, "
+                                  f"results_text.zip, results4 (results/ of the processed "
+                                  f"dataset)")
 
 
 def test_from_dir_mismatch_names_the_file_and_keeps_the_users_copy(bucket, replica, tables,
