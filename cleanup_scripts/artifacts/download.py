@@ -202,6 +202,8 @@ def _print_sources(sources: dict[str, str], request: r2.R2Request, args: argpars
 def main(argv: list[str] | None = None) -> None:
     """CLI: download, verify and place the selected official artifacts."""
     args = _parser().parse_args(argv)
+    if args.retries < 0:
+        raise InputError(f"--retries={args.retries}: must be 0 or more")
     started = time.time()
     known = (checksums.known_artifacts(Path(args.checksums_dir)) if args.checksums_dir
              else checksums.known_artifacts())

@@ -347,7 +347,10 @@ class Transfer:
 
 
 def chunk_size_bytes(megabytes: float) -> int:
-    """`megabytes` MiB rounded up to a multiple of 256 KiB (the unit GCS requires)."""
+    """`megabytes` MiB (--chunk_mb) rounded up to a multiple of 256 KiB (the unit GCS requires);
+    InputError unless it is a positive number of at most 1 GiB."""
+    if not 0 < megabytes <= 1024:  # also false for NaN
+        raise InputError(f"--chunk_mb={megabytes}: must be more than 0 and at most 1024 (MiB)")
     size = max(1, int(megabytes * (1 << 20)))
     return -(-size // CHUNK_QUANTUM) * CHUNK_QUANTUM
 

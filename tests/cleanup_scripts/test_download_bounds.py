@@ -220,6 +220,13 @@ def test_a_failed_name_lookup_advises_resuming_only_from_a_partial_file(no_such_
     assert one_error_line(capsys).endswith("known); run again to resume from vocab.txt.partial")
 
 
+def test_negative_retries_are_one_line(tmp_path, capsys):
+    assert run_cli(vocab_from("http://artifacts.invalid/vocab.txt", tmp_path,
+                              "--retries=-1")) == 1
+    assert one_error_line(capsys) == "error: --retries=-1: must be 0 or more"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_an_unknown_host_is_not_retried_a_temporary_lookup_failure_is(no_such_host, tmp_path,
                                                                        capsys, monkeypatch):
     # With the default retries: an unknown host is the same answer each time, one line at once.

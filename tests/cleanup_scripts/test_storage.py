@@ -776,3 +776,14 @@ def test_a_failed_object_download_advises_resuming_only_from_a_partial_file(tmp_
         assert str(raised.value).endswith(f"/vocab.txt: cannot reach the storage endpoint "
                                           f"{storage.endpoint()}: [Errno 111] Connection "
                                           f"refused (retried for 0.5 s){hint}")
+
+
+@pytest.mark.parametrize("megabytes", [0.0, -1.0, float("nan"), float("inf"), 2048.0])
+def test_a_chunk_size_that_is_no_size_is_one_line(megabytes):
+    with pytest.raises(InputError, match=r"^--chunk_mb=.*: must be more than 0 and at most 1024"):
+        storage.chunk_size_bytes(megabytes)
+
+
+def test_chunk_sizes_round_up_to_the_unit_gcs_requires():
+    assert storage.chunk_size_bytes(0.001) == 256 << 10
+    assert storage.chunk_size_bytes(16) == 16 << 20
