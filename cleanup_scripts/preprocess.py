@@ -397,6 +397,8 @@ def run_stage(layout: DatasetLayout, options: Options, stage: Stage,
         for name in changed:
             (layout.root / name).unlink(missing_ok=True)
     else:
+        if marker and marker[0] != key:  # a flag changed, or a version with other keys wrote it
+            say(f"{stage.name}: finished with other parameters; running it again")
         if read_state(started) != key and stage.output_dir is not None:
             remove_folder(layout, options, stage.output_dir(layout))
         for path in [path for each in later for path in markers(layout, each.name)] + [

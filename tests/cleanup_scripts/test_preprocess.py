@@ -106,6 +106,9 @@ def test_rerun_skips_finished_stages_and_redoes_changed_ones(first_run, tmp_path
     assert summarised_stages(unchanged.stderr) == set()
     changed = preprocess(output, "--num_eval_examples=50", "--nworker=2")
     assert summarised_stages(changed.stderr) == {"eval_10k", "manifest"}
+    # The stage whose parameter changed says why it runs; the ones after it simply run.
+    assert "eval_10k: finished with other parameters; running it again" in changed.stderr
+    assert "manifest: finished with other parameters" not in changed.stderr
     assert manifest(output)["tfrecords/eval_10k"] != manifest(first_run)["tfrecords/eval_10k"]
 
 
