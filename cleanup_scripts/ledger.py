@@ -26,6 +26,7 @@ from cleanup_scripts.layout import DatasetLayout
 # A state file holds a key and a short line per output: anything longer is damage.
 STATE_LIMIT = 16 << 20
 MANIFEST_HEADER = "path\tbytes\tmd5\n"
+MANIFEST_MAX_BYTES = 64 << 20  # a manifest.tsv is read into memory: this much at most
 
 
 class DamagedState(InputError):
@@ -166,3 +167,16 @@ def manifest_rows(text: str, where: str) -> Iterator[tuple[int, str, int, str]]:
             raise InputError(f"{where}:{number}: expected 'path<TAB>bytes<TAB>md5': "
                              f"{printable(line[:60])}")
         yield number, fields[0], int(fields[1]), fields[2].lower()
+
+
+def read_manifest_rows(path: Path) -> list[tuple[int, str, int, str]]:
+    """The rows (`manifest_rows`) of the manifest.tsv at `path`, read whole: InputError naming
+    it when it is not a regular file, holds more than MANIFEST_MAX_BYTES, is not UTF-8 or has a
+    malformed row."""
+    try:
+        text = read_regular(path, MANIFEST_MAX_BYTES).decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError(f"{printable(path)}: cannot read the manifest (not UTF-8 text)") from err
+    except OSError as err:
+        raise InputError(f"{printable(path)}: cannot read the manifest ({err.strerror})") from err
+    return list(manifest_rows(text, str(path)))

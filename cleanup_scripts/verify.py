@@ -31,7 +31,7 @@ from cleanup_scripts import checksums
 from cleanup_scripts.artifacts import verify as artifacts_verify
 from cleanup_scripts.artifacts.verify_dir import check_artifact, format_finding
 from cleanup_scripts.layout import DatasetLayout
-from cleanup_scripts.ledger import manifest_rows, recorded_entries
+from cleanup_scripts.ledger import read_manifest_rows, recorded_entries
 from cleanup_scripts.runner import StageSummary, report
 
 # The official artifacts that preprocess never writes (checksums/inputs.md5).
@@ -48,11 +48,7 @@ def is_preprocess_output(directory: str) -> bool:
 
 def read_manifest(path: Path) -> dict[str, tuple[int, str]]:
     """{relative path: (bytes, md5)} of a preprocess manifest.tsv; InputError if malformed."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"{path}: cannot read the manifest ({err})") from err
-    return {name: (size, md5) for _, name, size, md5 in manifest_rows(text, str(path))}
+    return {name: (size, md5) for _, name, size, md5 in read_manifest_rows(path)}
 
 
 def manifest_problems(layout: DatasetLayout, rehash: bool) -> tuple[list[str], int, int]:

@@ -36,7 +36,8 @@ from benchmark.files import md5_file
 from cleanup_scripts.artifacts import partial_name, problem, resume_hint, verified
 from cleanup_scripts.fileio import InputError, ensure_dir
 from cleanup_scripts.layout import DatasetLayout
-from cleanup_scripts.ledger import Entry, manifest_rows, recorded_entries
+from cleanup_scripts.ledger import (MANIFEST_MAX_BYTES, Entry, manifest_rows, read_manifest_rows,
+                                    recorded_entries)
 from cleanup_scripts.runner import StageSummary, report
 
 GS_SCHEME = "gs://"
@@ -50,7 +51,6 @@ TIMEOUT_S = (30, 300)  # connect, read
 # A storage call retries a transient failure (connection refused or reset, HTTP 429/5xx) for at
 # most this long in all, then fails in one line naming the endpoint (the library's is 120 s).
 RETRY_TIMEOUT_S = 10.0
-MANIFEST_MAX_BYTES = 64 << 20  # a bucket's manifest.tsv is read into memory: this much at most
 OBJECT_NAME_MAX_BYTES = 1024
 _IP_ADDRESS = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3}){3}")
 _GOOGLE = re.compile(r"g[o0][o0]gle")
@@ -258,12 +258,8 @@ def read_manifest(source_dir: Path) -> list[LocalFile]:
     InputError for a listed path that leads outside `source_dir` (`inside_source`) or a listed
     file that is missing or not of the listed size."""
     manifest = source_dir / MANIFEST
-    try:
-        text = manifest.read_text(encoding="utf-8")
-    except OSError as err:
-        raise InputError(f"{manifest}: cannot read ({err.strerror})") from err
     files = []
-    for number, relative, size, md5 in manifest_rows(text, str(manifest)):
+    for number, relative, size, md5 in read_manifest_rows(manifest):
         path = inside_source(source_dir, relative, f"{manifest}:{number}")
         try:
             actual = path.stat().st_size

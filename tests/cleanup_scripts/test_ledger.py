@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from cleanup_scripts import ledger as state_files
 from cleanup_scripts.fileio import InputError
 from cleanup_scripts.ledger import (STATE_LIMIT, DamagedState, Entry, OutputLedger, read_marker,
                                     read_state, write_entries, write_marker)
@@ -104,3 +105,20 @@ def test_state_file_that_is_no_regular_file_is_named_and_never_opened(tmp_path):
     assert read_state(tmp_path / "absent") is None
     (tmp_path / "key").write_text("5387f27dfc6f1c9dd3d32b5263666ee2")
     assert read_state(tmp_path / "key") == "5387f27dfc6f1c9dd3d32b5263666ee2"
+
+
+def test_a_manifest_is_read_bounded_and_one_line_when_it_cannot_be(tmp_path, monkeypatch):
+    manifest = tmp_path / "manifest.tsv"
+    manifest.write_text(state_files.MANIFEST_HEADER + f"text/a\t3\t{'0' * 32}\n")
+    assert state_files.read_manifest_rows(manifest) == [(2, "text/a", 3, "0" * 32)]
+    monkeypatch.setattr(state_files, "MANIFEST_MAX_BYTES", 20)
+    with pytest.raises(InputError, match=r"manifest.tsv: is 57 bytes, over the limit of 20 bytes; not read"):
+        state_files.read_manifest_rows(manifest)
+    monkeypatch.undo()
+    manifest.write_bytes(b"path\tbytes\tmd5\n\xff\n")
+    with pytest.raises(InputError, match=r"manifest.tsv: cannot read the manifest \(not UTF-8"):
+        state_files.read_manifest_rows(manifest)
+    manifest.unlink()
+    os.mkfifo(manifest)  # never opened: nothing blocks
+    with pytest.raises(InputError, match=r"manifest.tsv: is a FIFO, not a regular file"):
+        state_files.read_manifest_rows(manifest)
