@@ -77,8 +77,8 @@ def read_corpus(input_files: list[str], tokenizer: FullTokenizer) -> Corpus:
         size = total_bytes(input_files)
     except OSError as err:
         raise InputError(f"{err.filename}: cannot read input ({err.strerror})") from err
-    bar = tqdm(total=size, desc="tokenizing", unit="B", unit_scale=True, disable=inner_bar_disabled(),
-               leave=False)
+    bar = tqdm(total=size, desc="tokenizing", unit="B", unit_scale=True,
+               disable=inner_bar_disabled(), leave=False)
     try:
         for path in input_files:
             try:

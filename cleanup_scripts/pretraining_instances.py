@@ -348,8 +348,8 @@ def create_instances(corpus: Corpus, config: MaskingConfig, dupe_factor: int,
     rng.shuffle(documents)
     stream = WordStream(rng)
     maker = InstanceMaker(corpus, documents, config, stream)
-    with tqdm(total=dupe_factor * len(documents), desc="instances", unit="doc", disable=inner_bar_disabled(),
-              leave=False) as bar:
+    with tqdm(total=dupe_factor * len(documents), desc="instances", unit="doc",
+              disable=inner_bar_disabled(), leave=False) as bar:
         for _ in range(dupe_factor):
             for document_index in range(len(documents)):
                 maker.add_document(document_index)

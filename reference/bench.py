@@ -7,11 +7,11 @@ reference's TF1 graph, on the same BERT config, synthetic batches and optimizer 
 Each side runs in its own process (TF1 graph mode and TF2 never share one): `reference` (its
 `model_fn_builder` in a `tf.compat.v1` Session), `ours` (`Trainer.train_steps`), `ours+xla`,
 `ours+bf16` (mixed precision: not the reference's arithmetic), `ours+packed` (sequences of
-the same kind packed into rows, `packed_batches`) and `matmuls` (the step's matrix products alone: the bound any
-float32 trainer on this TensorFlow can reach). MFU is `step_flops` per second over the
-machine's dense matmul peak of the side's compute type, measured by `run_peak` before and after
-the sides. Eval time is extrapolated to the benchmark's 10,000 samples. The README's "Tests and
-benchmarks" section has the measured tables.
+the same kind packed into rows, `packed_batches`) and `matmuls` (the step's matrix products
+alone: the bound any float32 trainer on this TensorFlow can reach). MFU is `step_flops` per
+second over the machine's dense matmul peak of the side's compute type, measured by `run_peak`
+before and after the sides. Eval time is extrapolated to the benchmark's 10,000 samples. The
+README's "Tests and benchmarks" section has the measured tables.
 """
 from __future__ import annotations
 

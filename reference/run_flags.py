@@ -73,9 +73,9 @@ FLAG_TABLE = (
     ("float", "lamb_beta_1", OPT.beta_1, "LAMB beta_1."),
     ("float", "lamb_beta_2", OPT.beta_2, "LAMB beta_2."),
     ("float", "log_epsilon", OPT.log_epsilon, "LAMB epsilon is 10 ** log_epsilon."),
-    ("bool", "clip_by_global_norm_after_gradient_allreduce", OPT.clip_after_allreduce, "Clip the averaged "
-     "gradient once instead of each replica's micro-batch gradient (the MLCommons "
-     "reference's default)."),
+    ("bool", "clip_by_global_norm_after_gradient_allreduce", OPT.clip_after_allreduce,
+     "Clip the averaged gradient once instead of each replica's micro-batch gradient (the "
+     "MLCommons reference's default)."),
     # The MLPerf run.
     ("string", "eval_file", None, "Eval TFRecords (eval_10k) for --do_train --do_eval."),
     ("float", "target_mlm_accuracy", constants.TARGET_MLM_ACCURACY, "Stop at the first eval "

@@ -1,7 +1,8 @@
 """Upload a prepared dataset to a Google Cloud Storage bucket, in parallel, md5-checked.
 
-    python -m cleanup_scripts.artifacts.upload --bucket=gs://BUCKET/PREFIX [--source_dir=build/dataset]
-        [--nworker=8] [--chunk_mb=16]          (or: make upload BUCKET=gs://BUCKET/PREFIX)
+    python -m cleanup_scripts.artifacts.upload --bucket=gs://BUCKET/PREFIX \\
+        [--source_dir=build/dataset] [--nworker=8] [--chunk_mb=16]
+    make upload BUCKET=gs://BUCKET/PREFIX
 
 What is sent, and in which order, is `storage.upload_tree`'s. Prints one line of what was done
 and the summary: files, MB sent, seconds, MB/s.

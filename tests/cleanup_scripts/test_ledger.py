@@ -112,7 +112,8 @@ def test_a_manifest_is_read_bounded_and_one_line_when_it_cannot_be(tmp_path, mon
     manifest.write_text(state_files.MANIFEST_HEADER + f"text/a\t3\t{'0' * 32}\n")
     assert state_files.read_manifest_rows(manifest) == [(2, "text/a", 3, "0" * 32)]
     monkeypatch.setattr(state_files, "MANIFEST_MAX_BYTES", 20)
-    with pytest.raises(InputError, match=r"manifest.tsv: is 57 bytes, over the limit of 20 bytes; not read"):
+    with pytest.raises(InputError,
+                       match=r"manifest.tsv: is 57 bytes, over the limit of 20 bytes; not read"):
         state_files.read_manifest_rows(manifest)
     monkeypatch.undo()
     manifest.write_bytes(b"path\tbytes\tmd5\n\xff\n")

@@ -163,7 +163,9 @@ def test_upload_then_verify_the_bucket_copy(dataset, bucket):
     expected["manifest.tsv"] = md5_of(dataset / "manifest.tsv")
     assert bucket_md5s(url) == expected  # nothing hidden (.state/) went up
 
-    again = run_module("cleanup_scripts.artifacts.upload", f"--bucket={url}", f"--source_dir={dataset}")
+    again = run_module("cleanup_scripts.artifacts.upload", f"--bucket={url}",
+
+                       f"--source_dir={dataset}")
     assert "0 transferred, 7 already there with the right md5" in again.stdout
 
     verified = run_module("cleanup_scripts.verify", url)
@@ -188,7 +190,9 @@ def test_verify_names_a_corrupted_object_and_upload_repairs_it(dataset, bucket):
             f"expected 64800d5d8528ce344256daf115d4965e]") in result.stdout
     assert "2 ok, 1 differ, 36 missing" in result.stdout
 
-    repaired = run_module("cleanup_scripts.artifacts.upload", f"--bucket={url}", f"--source_dir={dataset}")
+    repaired = run_module("cleanup_scripts.artifacts.upload", f"--bucket={url}",
+
+                          f"--source_dir={dataset}")
     assert "1 transferred, 6 already there" in repaired.stdout
     assert run_module("cleanup_scripts.verify", url).returncode == 0
 
@@ -384,7 +388,8 @@ def test_a_ledger_vouches_for_files_whose_size_and_mtime_it_recorded(dataset, bu
         f"tfrecords/part-00100-of-00500\t{part.stat().st_size}\t{recorded}\t{md5_of(part)}\n")
     manifest_md5, file_md5 = flip_first_byte(part)
     os.utime(part, ns=(recorded, recorded))  # size and mtime as recorded: the ledger is trusted
-    again = run_module("cleanup_scripts.artifacts.upload", f"--bucket={url}", f"--source_dir={dataset}")
+    again = run_module("cleanup_scripts.artifacts.upload", f"--bucket={url}",
+                       f"--source_dir={dataset}")
     assert "0 transferred, 7 already there with the right md5" in again.stdout
 
     os.utime(part, ns=(recorded + 10**9, recorded + 10**9))  # touched: hashed again
@@ -719,7 +724,8 @@ def test_download_refuses_a_copy_its_manifest_does_not_describe(dataset, bucket,
                    f"{hashlib.md5(b'other bytes').hexdigest()}, the manifest says "
                    f"{part.stat().st_size:,} bytes, md5 {md5_of(part)}")
     copy = tmp_path / "copy"
-    result = run_module("cleanup_scripts.artifacts.storage", "download", url, str(copy), check=False)
+    result = run_module("cleanup_scripts.artifacts.storage", "download", url, str(copy),
+                        check=False)
     assert (result.returncode, result.stdout) == (1, "")
     assert result.stderr == (f"error: {url}/manifest.tsv: lists 6 files, but {problem}: an "
                              f"incomplete or overlapping upload; nothing downloaded\n")
@@ -731,8 +737,8 @@ def test_a_hostile_bucket_manifest_is_one_escaped_line(dataset, bucket, tmp_path
     run_module("cleanup_scripts.artifacts.upload", f"--bucket={url}", f"--source_dir={dataset}")
     storage.make_client().bucket(bucket).blob("bert/manifest.tsv").upload_from_string(
         b"path\tbytes\tmd5\n../../etc/x\x1b[2J\t1\t" + b"0" * 32 + b"\n")
-    result = run_module("cleanup_scripts.artifacts.storage", "download", url, str(tmp_path / "copy"),
-                        check=False)
+    result = run_module("cleanup_scripts.artifacts.storage", "download", url,
+                        str(tmp_path / "copy"), check=False)
     assert result.returncode == 1
     assert result.stderr == (f"error: {url}/manifest.tsv:2: '../../etc/x\\x1b[2J' is not a safe "
                              f"relative path\n")
