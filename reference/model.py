@@ -8,7 +8,8 @@ same weights give the same numbers (to float32 rounding):
 - each transformer layer: query/key/value as 2-D products of the [batch * seq, hidden] rows with
   the [hidden, hidden] kernels, viewed [batch, heads, seq, head_size]; scores scaled by
   1/sqrt(head_size) after the product; padded *keys* get -10000 added before the softmax (padded
-  query rows are computed and left as is);
+  query rows are computed and left as is); in mixed precision the scale, mask and softmax run
+  in float32 over the product's bf16/fp16 scores;
   attention dropout; output projection + dropout + residual + LayerNorm; intermediate dense with
   the tanh form of GELU; output dense + dropout + residual + LayerNorm (post-LN);
 - pooler: tanh dense on the [CLS] (first) position;
@@ -291,10 +292,14 @@ class TransformerLayer(tf_keras.layers.Layer):
         value = self.value(inputs)  # [B, T, N, H]
         # Heads first ([B, N, S, H]) for batched products over (batch, head), as the reference.
         query, key, value = (tf.transpose(t, [0, 2, 1, 3]) for t in (query, key, value))
-        scores = tf.matmul(query, key, transpose_b=True)  # [B, N, F, T]
+        # Mixed precision: the product in the compute dtype, its scale, mask and softmax
+        # statistics in float32 (one fused pass under XLA), the probabilities back in the
+        # compute dtype for dropout and the product with the values. Float32: the reference's
+        # operations as they are.
+        scores = tf.cast(tf.matmul(query, key, transpose_b=True), tf.float32)  # [B, N, F, T]
         scores = tf.multiply(scores, 1.0 / math.sqrt(float(self._head_size)))
-        scores += tf.cast(score_adder, scores.dtype)  # a no-op in float32; mixed precision
-        probs = tf.nn.softmax(scores)
+        scores += score_adder
+        probs = tf.cast(tf.nn.softmax(scores), query.dtype)
         probs = self.attention_probs_dropout(probs, training=training)
         context = tf.transpose(tf.matmul(probs, value), [0, 2, 1, 3])  # [B, F, N, H]
 

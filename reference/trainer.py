@@ -1,10 +1,12 @@
 """The compiled pre-training and evaluation steps under any tf.distribute strategy (`Trainer`),
 and the keyed dropout that makes a resumed or XLA-compiled run draw the same masks.
 
-An update is `steps_per_update` micro-batches on every replica: their gradients are clipped
-(per micro-batch, as the MLCommons reference does, or once after the all-reduce), averaged,
-all-reduced and applied once in cross-replica context, each variable's LAMB/AdamW update a
-`jit_compile` function. Step counters are micro-steps, as in the MLCommons reference.
+An update (`Trainer.update_step`) is `steps_per_update` micro-batches on every replica: their
+gradients are clipped (per micro-batch, as the MLCommons reference does, or once after the
+all-reduce), averaged, all-reduced and applied once in cross-replica context. With XLA the
+micro-batch passes are one compiled computation per replica and the optimizer update of every
+variable one more per device; on one device the whole update is one. Step counters are
+micro-steps, as in the MLCommons reference.
 """
 from __future__ import annotations
 
@@ -105,20 +107,57 @@ def fold_in(seed: tf.Tensor, data) -> tf.Tensor:
     return tf.cast(mixed, tf.int64)
 
 
+# Random bits per dropout mask entry: each 32-bit Philox draw gives the keep decisions of two
+# entries, from its low and its high 16 bits.
+DROPOUT_MASK_BITS = 16
+
+
+def keep_threshold(rate: float) -> int:
+    """The 16-bit draw at or above which a mask entry is kept: round(rate * 2**16), so an entry
+    is kept with probability (2**16 - threshold) / 2**16 (rate 0.1: 58982 / 65536 =
+    0.899993896484375, 6.1e-6 below 0.9)."""
+    return min(int(round(rate * 2.0 ** DROPOUT_MASK_BITS)), 2 ** DROPOUT_MASK_BITS - 1)
+
+
+def dropout_keep_mask(seed: tf.Tensor, shape, rate: float) -> tf.Tensor:
+    """Boolean keep mask of `shape` (a list or int32 shape tensor) for a [2] int64 seed: entry
+    k (row-major) is decided by 16 bits of the Philox stream's uint32 draw k // 2 (low half for
+    even k, high half for odd), kept when they are at least `keep_threshold(rate)`."""
+    shape = tf.convert_to_tensor(shape, tf.int32)
+    count = tf.reduce_prod(shape)
+    bits = _philox_bits(seed, tf.reshape((count + 1) // 2, [1]))
+    halves = tf.stack([tf.bitwise.bitwise_and(bits, tf.constant(0xFFFF, tf.uint32)),
+                       tf.bitwise.right_shift(bits, tf.constant(16, tf.uint32))], axis=-1)
+    keep = tf.reshape(halves, [-1])[:count] >= tf.constant(keep_threshold(rate), tf.uint32)
+    return tf.reshape(keep, shape)
+
+
 def keyed_dropout(inputs: tf.Tensor, rate: float, seed: tf.Tensor,
                   noise_shape=None) -> tf.Tensor:
     """`inputs` with a fraction `rate` of entries zeroed and the rest scaled by 1 / (1 - rate).
 
-    The mask keeps an entry when its uint32 Philox draw (seeded by `seed`, [2] int64) is at
-    least rate * 2**32: the raw bits, unlike the uniform floats made from them, are the same
-    under XLA and TensorFlow's kernels. `noise_shape` broadcasts one draw over axes as in
-    tf.nn.dropout.
+    The mask (`dropout_keep_mask`, seeded by `seed`, [2] int64) comes from raw Philox bits,
+    which, unlike the uniform floats made from them, are the same under XLA and TensorFlow's
+    kernels. The backward pass multiplies by the forward pass's mask (kept as booleans), never
+    a new draw. `noise_shape` broadcasts one draw over axes as in tf.nn.dropout.
     """
     if not rate:
         return inputs
-    bits = _philox_bits(seed, tf.shape(inputs) if noise_shape is None else noise_shape)
-    keep = bits >= tf.constant(min(int(round(rate * 2.0 ** 32)), 2 ** 32 - 1), tf.uint32)
-    return inputs * tf.cast(keep, inputs.dtype) * tf.cast(1.0 / (1.0 - rate), inputs.dtype)
+    keep = dropout_keep_mask(seed, tf.shape(inputs) if noise_shape is None else noise_shape,
+                             rate)
+    return _scaled_where(inputs, keep, 1.0 / (1.0 - rate))
+
+
+def _scaled_where(inputs: tf.Tensor, keep: tf.Tensor, scale: float) -> tf.Tensor:
+    """inputs * scale where `keep` (broadcast), else 0; the gradient is the upstream gradient
+    masked and scaled the same way, from the same boolean mask."""
+    factor = tf.where(keep, tf.constant(scale, inputs.dtype), tf.constant(0, inputs.dtype))
+
+    @tf.custom_gradient
+    def masked(values):
+        return values * factor, lambda upstream: upstream * factor
+
+    return masked(inputs)
 
 
 class KeyedDropout:
@@ -234,13 +273,19 @@ class Trainer:
         self._train_steps = tf.function(self._train_steps_fn)
         self._eval_steps = tf.function(self._eval_steps_fn)
         compiled = functools.partial(tf.function, jit_compile=True)
-        # Each variable's optimizer update is elementwise work over the weight and its two
-        # moments: XLA fuses it into a few passes where TensorFlow's kernels make about
-        # seventeen (BERT-base on 2 CPU cores: 0.5 s per step down to 0.3 s).
-        self._update_variable = (self.optimizer.update_variable if on_tpu
-                                 else compiled(self.optimizer.update_variable))
+        # The optimizer update is elementwise work over each weight and its two moments: XLA
+        # fuses it into a few passes where TensorFlow's kernels make about seventeen (BERT-base
+        # on 2 CPU cores: 0.5 s per step down to 0.3 s), all variables in one computation.
+        self._update_variables = (self._update_variables_fn if on_tpu
+                                  else compiled(self._update_variables_fn))
         self._gradients = compiled(self._gradients_fn) if self.use_xla else self._gradients_fn
         self._eval_sums = compiled(self._eval_sums_fn) if self.use_xla else self._eval_sums_fn
+        # MirroredStrategy's replicas meet in merge_call from threads of their own, which no
+        # compiled function may hold; elsewhere (one device) the whole update is one function.
+        threaded = isinstance(strategy, (tf.distribute.MirroredStrategy,
+                                         tf.distribute.MultiWorkerMirroredStrategy))
+        self._update = (compiled(self.update_step) if self.use_xla and not threaded
+                        else self.update_step)
 
     # ------------------------------------------------------------------ state
     @property
@@ -334,23 +379,26 @@ class Trainer:
         return grads, loss_vector
 
     def trace_counts(self) -> dict[str, int]:
-        """How often each step function was traced so far: the training loop, the eval loop and,
-        with XLA, the compiled gradient and eval functions. Each is 1 once a step and an eval
-        ran; more means a retrace (with XLA, a recompilation)."""
+        """How often each step function was traced so far: the training loop, the eval loop,
+        the compiled optimizer update and, with XLA, the compiled update, gradient and eval
+        functions. Each is 1 once a step and an eval ran; more means a retrace (with XLA, a
+        recompilation)."""
         functions = {"train_steps": self._train_steps, "eval_steps": self._eval_steps,
-                     "gradients": self._gradients, "eval_sums": self._eval_sums}
+                     "update": self._update, "gradients": self._gradients,
+                     "update_variables": self._update_variables, "eval_sums": self._eval_sums}
         return {name: f.experimental_get_tracing_count() for name, f in functions.items()
                 if isinstance(f, tf.types.experimental.PolymorphicFunction)}
 
     def retraced(self) -> dict[str, int]:
         """The step functions of `trace_counts` traced more often than once per copy: the
-        compiled gradient and eval functions run once in each of this worker's replicas, and
-        MirroredStrategy traces one copy per device."""
+        compiled gradient, optimizer and eval functions run once for each of this worker's
+        replicas, and MirroredStrategy traces one copy per device."""
         try:
             local_replicas = len(self.strategy.extended.worker_devices)
         except RuntimeError:  # the default strategy has one device and no such list
             local_replicas = 1
-        expected = {"gradients": local_replicas, "eval_sums": local_replicas}
+        expected = {"gradients": local_replicas, "eval_sums": local_replicas,
+                    "update_variables": local_replicas}
         return {name: count for name, count in self.trace_counts().items()
                 if count > expected.get(name, 1)}
 
@@ -376,9 +424,25 @@ class Trainer:
             losses = loss_sum / n
         return grads, losses
 
-    def _replica_update(self, batch, first_step):
-        """One update on this replica; `first_step` is the global step (micro-steps) before the
-        update, micro-batch i being micro-step first_step + i."""
+    def update_step(self, batch, first_step):
+        """One optimizer update, in a replica context (inside `strategy.run`; the default
+        strategy's outside one): the forward and backward passes of the update's micro-batches
+        on this replica, the all-reduce, clipping, and the LAMB/AdamW update of every variable
+        with the step counters. `train_steps` runs it once per update, `reference.bench` times
+        it that way, and it is the function to export as one XLA computation (wrapped in
+        `tf.function(jit_compile=True)` under the default strategy).
+
+        Args:
+          batch: one update's features on this replica (a dict of tensors; with
+            steps_per_update > 1 each has a leading micro-batch axis).
+          first_step: int64 scalar, the global step (micro-steps) before the update;
+            micro-batch i is micro-step first_step + i (it keys the dropout masks).
+
+        Returns:
+          (losses: float32 [3], the update's mean total, masked-LM and next-sentence loss on
+          this replica; learning rate: float32 scalar; applied: bool scalar, False when fp16
+          loss scaling skipped the update).
+        """
         context = tf.distribute.get_replica_context()
         replica = tf.cast(context.replica_id_in_sync_group, tf.int64)
         totals = None
@@ -414,11 +478,7 @@ class Trainer:
             if beta_1_power is not None:
                 beta_1_power = tf.identity(beta_1_power)
                 beta_2_power = tf.identity(beta_2_power)
-            for grad, var, name in zip(grads, self._variables, self._names):
-                m, v = optimizer.slots(var)
-                strategy.extended.update(
-                    var, functools.partial(self._update_variable, name=name),
-                    args=(grad, m, v, lr, beta_1_power, beta_2_power), group=False)
+            self._apply_on_each_device(strategy, grads, lr, beta_1_power, beta_2_power)
             optimizer.finish_update(beta_1_power, beta_2_power)
 
         if finite is None:
@@ -449,6 +509,41 @@ class Trainer:
             self.trained_samples.assign_add(tf.cast(tf.round(sequences), tf.int64))
         return lr, applied
 
+    def _apply_on_each_device(self, strategy, grads, lr, beta_1_power, beta_2_power):
+        """Cross-replica: the optimizer update of every variable from the all-reduced `grads`,
+        one `_update_variables` call for each local copy of the variables (TPUs: each
+        variable through the strategy, inside the TPU's one compiled program)."""
+        slots = [self.optimizer.slots(var) for var in self._variables]
+        m_slots, v_slots = [m for m, _ in slots], [v for _, v in slots]
+        if isinstance(strategy, tf.distribute.TPUStrategy):
+            for grad, var, m, v, name in zip(grads, self._variables, m_slots, v_slots,
+                                             self._names):
+                strategy.extended.update(
+                    var, lambda copy, *args, name=name: self._update_variables(
+                        [copy], *args, [name]),
+                    args=([grad], [m], [v], lr, beta_1_power, beta_2_power), group=False)
+            return
+        local = strategy.experimental_local_results
+
+        def on(device, values):
+            return [local(value)[device] for value in values]
+
+        for device in range(len(local(self._variables[0]))):
+            variables = on(device, self._variables)
+            with tf.device(variables[0].device):
+                self._update_variables(variables, on(device, grads), on(device, m_slots),
+                                       on(device, v_slots), lr, beta_1_power, beta_2_power,
+                                       self._names)
+
+    def _update_variables_fn(self, variables, grads, m_slots, v_slots, lr, beta_1_power,
+                             beta_2_power, names):
+        """The optimizer's update of each of `variables` (one device's copies) from its
+        gradient and moments; `names` are the model variables' names, on which the
+        weight-decay and layer-adaptation exclusions are decided."""
+        for var, grad, m, v, name in zip(variables, grads, m_slots, v_slots, names):
+            self.optimizer.update_variable(var, grad, m, v, lr, beta_1_power, beta_2_power,
+                                           name=name)
+
     def _train_steps_fn(self, iterator, num_updates, first_step, stop_samples):
         strategy = self.strategy
         n = self.steps_per_update
@@ -458,8 +553,7 @@ class Trainer:
         done = tf.constant(0)
         for k in tf.range(num_updates):
             step = first_step + tf.cast(k, tf.int64) * n
-            losses, lr, applied = strategy.run(self._replica_update,
-                                               args=(next(iterator), step))
+            losses, lr, applied = strategy.run(self._update, args=(next(iterator), step))
             loss_sum += strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, axis=None)
             lr = strategy.experimental_local_results(lr)[0]
             applied = strategy.experimental_local_results(applied)[0]

@@ -6,6 +6,8 @@ give the same learning rates, losses, eval metrics and weights.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -162,11 +164,12 @@ def test_xla_trains_like_tf_function_without_retracing(tiny_config, tf1_checkpoi
         losses = [trainer.train_steps(iterator, 2) for _ in range(3)]
         metrics = [trainer.evaluate(eval_data, 1) for _ in range(2)]
         assert set(trainer.trace_counts().values()) == {1}, trainer.trace_counts()
-        assert xla_compiled(trainer._update_variable)  # with and without use_xla
+        assert xla_compiled(trainer._update_variables)  # with and without use_xla
         runs[use_xla] = losses, metrics, checkpoint.model_variables_by_name(trainer.model)
-        if use_xla:
-            assert xla_compiled(trainer._gradients) and xla_compiled(trainer._eval_sums)
-            assert len(trainer.trace_counts()) == 4
+        if use_xla:  # one device: the whole update (Trainer.update_step) is one computation
+            assert xla_compiled(trainer._update) and xla_compiled(trainer._gradients)
+            assert xla_compiled(trainer._eval_sums)
+            assert len(trainer.trace_counts()) == 6
     (plain_losses, plain_metrics, plain_vars), (xla_losses, xla_metrics, xla_vars) = \
         runs[False], runs[True]
     for plain, xla in zip(plain_losses, xla_losses):
@@ -308,3 +311,34 @@ def test_adamw_follows_the_reference_update():
     np.testing.assert_allclose(kernel.numpy(), w[0], rtol=1e-5)
     np.testing.assert_allclose(bias.numpy(), w[1], rtol=1e-5)
     assert int(opt.iterations) == 2
+
+
+def random_bits_drawn(hlo_text: str) -> int:
+    """Random bits the HLO module draws: the sum over its rng-bit-generator outputs of
+    elements x element width."""
+    widths = {"u32": 32, "u64": 64, "s32": 32, "s64": 64}
+    total = 0
+    for match in re.finditer(r"\(u64\[\d+\]\{0\}, (\w+)\[([\d,]*)\][^)]*\) rng-bit-generator",
+                             hlo_text):
+        dims = [int(d) for d in match.group(2).split(",") if d]
+        total += widths[match.group(1)] * int(np.prod(dims))
+    return total
+
+
+def test_compiled_update_draws_sixteen_random_bits_per_dropout_entry(tiny_config, ref_results,
+                                                                     train_batch):
+    """The whole update compiled as one function draws 16 random bits for each entry a dropout
+    mask covers (embeddings, attention probabilities, both hidden outputs of every layer): the
+    backward pass reuses the forward pass's masks instead of drawing them again."""
+    strategy = tf.distribute.get_strategy()
+    trainer = Trainer(strategy, tiny_config, settings_from(ref_results["lamb"]),
+                      train_batch_size=8, use_xla=True)
+    hlo = trainer._update.experimental_get_compiler_ir(
+        train_batch, tf.constant(0, tf.int64))(stage="hlo")
+    batch, seq = train_batch["input_ids"].shape
+    hidden, layers = tiny_config.hidden_size, tiny_config.num_hidden_layers
+    masked = batch * seq * hidden * (1 + 2 * layers) + \
+        layers * batch * tiny_config.num_attention_heads * seq * seq
+    # The keys: 2 x uint32 folding the replica into the micro-step's, and as much per layer.
+    keys = 2 * 32 * (1 + 1 + 3 * layers)
+    assert random_bits_drawn(hlo) - keys == 16 * masked
