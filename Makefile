@@ -52,7 +52,7 @@ CHECK_ARGS ?=
 # paths with spaces or shell characters reach the scripts whole: make preprocess DUMP="a b".
 q = '$(subst ','\'',$(1))'
 
-.PHONY: install test test-all smoke preprocess download upload verify train check example-submission bench bench-data bench-train clean-build
+.PHONY: install test test-all smoke preprocess download upload verify train check example-submission bench bench-data bench-train export-step clean-build
 
 install:
 	$(PYTHON) -m venv $(VENV)
@@ -117,6 +117,13 @@ bench-data:
 
 bench-train:
 	$(PY) -m reference.bench --reference_dir=$(call q,$(REFERENCE_BERT)) $(BENCH_TRAIN_ARGS)
+
+# The trainer's update as one XLA HLO module, for ../shared/tools/gpu-step/run_step.py on a
+# machine with a GPU and jaxlib but no TensorFlow (BERT-large, 96 packed sequences, bf16).
+STEP_OUT ?= build/step
+EXPORT_ARGS ?=
+export-step:
+	$(PY) -m reference.export_step --output_dir=$(call q,$(STEP_OUT)) $(EXPORT_ARGS)
 
 # `@`: make does not echo the command, so `CHECK_ARGS="--format json"` prints only JSON.
 check:
