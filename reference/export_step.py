@@ -42,8 +42,8 @@ XLA_TYPES = {1: "pred", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "uint8
              8: "uint32", 9: "uint64", 10: "float16", 11: "float32", 12: "float64",
              16: "bfloat16"}
 XLA_TUPLE = 13
-RESULT_NAMES = ("losses[total_loss,masked_lm_loss,next_sentence_loss]", "learning_rate",
-                "update_applied")
+RESULT_NAMES = ("losses[total_loss,masked_lm_loss,next_sentence_loss]", "gradient_norm",
+                "learning_rate", "update_applied")
 
 
 def synthetic_update(config, batch_size: int, seq_length: int, max_predictions: int,

@@ -372,10 +372,11 @@ class Trainer:
                  for g, v in zip(grads, self._variables)]
         if self.mixed_precision == "fp16":
             grads = [g / self.loss_scale for g in grads]
+        norm = tf.constant(0.0)
         if not self.clip_after_allreduce:
-            grads, _ = clip_gradients(grads)
+            grads, norm = clip_gradients(grads)
         loss_vector = tf.stack([losses["total_loss"], losses["masked_lm_loss"],
-                                losses["next_sentence_loss"]])
+                                losses["next_sentence_loss"], norm])
         return grads, loss_vector
 
     def trace_counts(self) -> dict[str, int]:
@@ -404,7 +405,8 @@ class Trainer:
 
     def _gradients_fn(self, batch, first_step, replica, totals):
         """The averaged (and, unless clip_after_allreduce, clipped) gradients of one update's
-        micro-batches on this replica, and their mean [total, masked-LM, next-sentence] loss.
+        micro-batches on this replica, and their mean [total, masked-LM, next-sentence] loss
+        and gradient norm before clipping (0 when clipping waits for the all-reduce).
         totals: packed rows, the update's masked-LM weight and sequences (else None)."""
         n = self.steps_per_update
         if n == 1:
@@ -420,7 +422,7 @@ class Trainer:
 
             zeros = [tf.zeros_like(v) for v in self._variables]
             _, grads, loss_sum = tf.while_loop(
-                lambda i, *_: i < n, body, (tf.constant(0), zeros, tf.zeros([3])))
+                lambda i, *_: i < n, body, (tf.constant(0), zeros, tf.zeros([4])))
             losses = loss_sum / n
         return grads, losses
 
@@ -440,8 +442,9 @@ class Trainer:
 
         Returns:
           (losses: float32 [3], the update's mean total, masked-LM and next-sentence loss on
-          this replica; learning rate: float32 scalar; applied: bool scalar, False when fp16
-          loss scaling skipped the update).
+          this replica; gradient norm: float32, the global norm before clipping (the mean over
+          micro-batches when each is clipped); learning rate: float32 scalar; applied: bool
+          scalar, False when fp16 loss scaling skipped the update).
         """
         context = tf.distribute.get_replica_context()
         replica = tf.cast(context.replica_id_in_sync_group, tf.int64)
@@ -452,15 +455,16 @@ class Trainer:
             if context.num_replicas_in_sync > 1:
                 totals = context.all_reduce(tf.distribute.ReduceOp.SUM, totals)
         grads, losses = self._gradients(batch, first_step, replica, totals)
+        losses, norm = losses[:3], losses[3]
         if context.num_replicas_in_sync > 1:
             grads = context.all_reduce(tf.distribute.ReduceOp.MEAN, grads)
         if self.clip_after_allreduce:
-            grads, _ = clip_gradients(grads)
+            grads, norm = clip_gradients(grads)
         finite = None
         if self.mixed_precision == "fp16":
             finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
         lr, applied = context.merge_call(self._apply_update, args=(grads, finite, totals))
-        return losses, lr, applied
+        return losses, norm, lr, applied
 
     def _apply_update(self, strategy, grads, finite, totals):
         """Cross-replica: one optimizer update from the all-reduced gradients; returns the
@@ -548,39 +552,45 @@ class Trainer:
         strategy = self.strategy
         n = self.steps_per_update
         loss_sum = tf.zeros([3])
+        norm_sum = tf.constant(0.0)
         lr = tf.constant(0.0)
         skipped = tf.constant(0)
         done = tf.constant(0)
         for k in tf.range(num_updates):
             step = first_step + tf.cast(k, tf.int64) * n
-            losses, lr, applied = strategy.run(self._update, args=(next(iterator), step))
+            losses, norm, lr, applied = strategy.run(self._update,
+                                                     args=(next(iterator), step))
             loss_sum += strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, axis=None)
+            norm_sum += strategy.reduce(tf.distribute.ReduceOp.MEAN, norm, axis=None)
             lr = strategy.experimental_local_results(lr)[0]
             applied = strategy.experimental_local_results(applied)[0]
             skipped += tf.cast(tf.logical_not(applied), tf.int32)
             done += 1
             if self.trained_samples >= stop_samples:
                 break
-        return loss_sum / tf.cast(tf.maximum(done, 1), tf.float32), lr, skipped, done
+        updates = tf.cast(tf.maximum(done, 1), tf.float32)
+        return loss_sum / updates, norm_sum / updates, lr, skipped, done
 
     def train_steps(self, iterator, num_updates: int,
                     stop_samples: int | None = None) -> dict[str, float]:
         """Run up to `num_updates` optimizer updates, ending after the first one at whose end
-        `stop_samples` samples (if given) are trained; returns the mean losses, the last
-        learning rate, `updates` (how many ran), `skipped_updates` (updates fp16 loss scaling
-        skipped, of these) and the `loss_scale` after them (fp16; 1.0 otherwise).
+        `stop_samples` samples (if given) are trained; returns the mean losses, the mean
+        `gradient_norm` before clipping (non-finite when any update's was), the last learning
+        rate, `updates` (how many ran), `skipped_updates` (updates fp16 loss scaling skipped,
+        of these) and the `loss_scale` after them (fp16; 1.0 otherwise).
 
         `iterator` iterates a distributed dataset whose elements hold one update's micro-batches
         (see reference.input_pipeline.train_dataset).
         """
         stop = (1 << 62) if stop_samples is None else stop_samples
-        losses, lr, skipped, done = self._train_steps(
+        losses, norm, lr, skipped, done = self._train_steps(
             iterator, tf.constant(num_updates, tf.int32), tf.constant(self.step, tf.int64),
             tf.constant(stop, tf.int64))
         losses = losses.numpy()
         scale = float(self.loss_scale.numpy()) if self.mixed_precision == "fp16" else 1.0
         return {"total_loss": float(losses[0]), "masked_lm_loss": float(losses[1]),
-                "next_sentence_loss": float(losses[2]), "learning_rate": float(lr),
+                "next_sentence_loss": float(losses[2]), "gradient_norm": float(norm),
+                "learning_rate": float(lr),
                 "updates": int(done), "skipped_updates": int(skipped), "loss_scale": scale}
 
     # ------------------------------------------------------------------ evaluation

@@ -29,7 +29,7 @@ def test_export_writes_the_update_with_every_variable_it_moves(tmp_path, ref_res
     assert features["input_ids"]["shape"] == [meta["rows_per_step"], 64]
     results = [o["name"] for o in outputs if o["role"] == "result"]
     assert results == ["losses[total_loss,masked_lm_loss,next_sentence_loss]",
-                       "learning_rate", "update_applied"]
+                       "gradient_norm", "learning_rate", "update_applied"]
     moved = {params[o["updates_param"]]["role"] for o in outputs if o["role"] == "new_value"}
     assert {"weight", "lamb_m", "lamb_v", "lamb_beta_1_power", "counter"} <= moved
     weights = [p for p in params if p["role"] == "weight"]
