@@ -104,12 +104,12 @@ FLAG_TABLE = (
     ("integer", "masked_lm_block_rows", MASKED_LM_BLOCK_ROWS, "Most masked-LM predictions whose "
      "logits (one row of vocab_size floats each) are formed at once; 0: all of a batch."),
     ("float", "dropout_override", None, "Set both dropout probabilities of the BERT config."),
-    ("string", "preset", None, "A preset of reference/presets/ (v3-128, v100-8, a100-8, demo); "
-     "flags given on the command line win."),
+    ("string", "preset", None, "A preset of reference/presets/ (v3-128, gpu-1, gpu-2, gpu-4, "
+     "gpu-8, demo, smoke); flags given on the command line win."),
     ("string", "data_dir", None, "For --preset: the folder with part-* and eval_10k."),
     ("bool", "packed", False, "For --preset without --data_dir: read the packed TFRecords "
-     "(tfrecords_packed/ of make preprocess PREPROCESS_ARGS=--pack) of its default dataset. "
-     "Packed or not, the trainer reads what the records hold."),
+     "(tfrecords_packed/ of make preprocess PACK=1) of its default dataset (the gpu-N presets "
+     "do unless --nopacked). Packed or not, the trainer reads what the records hold."),
     ("integer", "cpu_devices", 0, "Split the CPU into this many devices and mirror over them "
      "(tests and demos of the multi-replica path)."),
     # The console.
@@ -159,7 +159,8 @@ def read_flags(flag_values: flags.FlagValues) -> dict[str, Any]:
     if not name:
         return values
     applied = []
-    for flag, value in presets.resolve(name, values["data_dir"], values["packed"]).items():
+    packed = values["packed"] if flag_values["packed"].present else None  # None: the preset's
+    for flag, value in presets.resolve(name, values["data_dir"], packed).items():
         if flag not in values:
             raise presets.PresetError(f"--preset={name}: unknown flag {flag!r}")
         if not flag_values[flag].present:

@@ -3,7 +3,8 @@
 
 Flag values may hold placeholders, filled in by `resolve`: {data} (--data_dir, the folder of
 part-* and eval_10k; a preset with "default_dataset" falls back to the TFRecord folder, or with
-`packed` the packed one, that `make preprocess` writes there), {bert_config} (the benchmark's
+`packed` the packed one, that `make preprocess` writes there; a preset whose flags set
+"packed": true reads the packed one unless --nopacked is given), {bert_config} (the benchmark's
 bert_config.json in cleanup_scripts/data/bert/) and {presets} (this folder).
 """
 from __future__ import annotations
@@ -43,13 +44,17 @@ def load(name: str) -> dict[str, Any]:
     return data
 
 
-def resolve(name: str, data_dir: str | None = None, packed: bool = False) -> dict[str, Any]:
+def resolve(name: str, data_dir: str | None = None,
+            packed: bool | None = None) -> dict[str, Any]:
     """The preset's flags with placeholders filled in; without `data_dir`, a preset's default
-    dataset's TFRecord folder (`packed`: its packed folder).
+    dataset's TFRecord folder, or its packed folder when `packed` (None: the preset's own
+    "packed" flag, default False).
 
     Raises PresetError when a value needs {data} and no data_dir was given.
     """
     preset = load(name)
+    if packed is None:
+        packed = bool(preset["flags"].get("packed", False))
     if not data_dir and preset.get("default_dataset"):
         layout = DatasetLayout(REPO_DIR / preset["default_dataset"])
         data_dir = str(layout.packed_dir if packed else layout.tfrecord_dir)

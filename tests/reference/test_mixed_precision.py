@@ -1,7 +1,7 @@
 """bf16 and fp16 training through `python -m reference.run_pretraining` on CPU.
 
 The same short run (tiny model, 12 micro-steps, an eval every 6) in float32, in bf16 compiled
-with XLA (the a100-8 preset's combination) and in fp16 with dynamic loss scaling: the MLPerf
+with XLA (the gpu-N presets' combination) and in fp16 with dynamic loss scaling: the MLPerf
 log has the same records in the same order with the same values (but for mixed_precision, the
 eval accuracies and the times), the checkpoints hold the same entries with the same shapes and
 types (float32 weights and optimizer slots in every mode), and the reduced-precision losses stay

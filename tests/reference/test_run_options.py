@@ -119,25 +119,74 @@ def test_v3_128_preset_has_the_readme_hyperparameters():
     assert values["eval_file"] == "gs://bucket/tfrecord/eval_10k"
 
 
-def test_a100_preset_is_the_v3_128_optimizer_by_accumulation():
-    tpu, gpu = presets.resolve("v3-128", "d"), presets.resolve("a100-8", "d")
-    n = gpu["steps_per_update"]
-    assert gpu["train_batch_size"] * n == tpu["train_batch_size"]
-    for key in ("learning_rate", "lamb_beta_1", "lamb_beta_2", "lamb_weight_decay_rate",
-                "log_epsilon", "eval_batch_size", "max_eval_steps"):
-        assert gpu[key] == tpu[key], key
-    for key in ("num_train_steps", "num_warmup_steps", "start_warmup_step"):
-        assert gpu[key] == n * tpu[key], key
-    assert gpu["train_batch_size"] % gpu["num_gpus"] == 0
+GPU_PRESETS = ("gpu-1", "gpu-2", "gpu-4", "gpu-8")
+# NVIDIA's 8-GPU runs at global batch 768 (MLPerf Training v3.0-v5.0 logs): the optimizer's view.
+NVIDIA_768 = {"learning_rate": 0.00096, "lamb_beta_1": 0.60466, "lamb_beta_2": 0.85437,
+              "lamb_weight_decay_rate": 0.1, "log_epsilon": -6, "optimizer": "lamb"}
+NVIDIA_768_UPDATES = 3680
 
 
-def test_v100_preset_has_the_readme_values():
-    values = presets.resolve("v100-8", "/data")
-    assert (values["train_batch_size"], values["learning_rate"], values["num_train_steps"],
-            values["num_warmup_steps"], values["save_checkpoints_steps"],
-            values["eval_batch_size"] * values["max_eval_steps"]) == (24, 1e-4, 107538, 1562,
-                                                                      6250, 10_000)
-    assert cadence.eval_frequency(24) == 6250 * 24  # one eval per checkpoint interval
+@pytest.mark.parametrize("name", GPU_PRESETS)
+def test_gpu_preset_trains_nvidias_batch_768_with_96_sequences_per_gpu(name):
+    values = presets.resolve(name, "d")
+    n, gpus = values["steps_per_update"], values["num_gpus"]
+    assert gpus == int(name.split("-")[1]) and n * gpus == 8
+    assert values["train_batch_size"] * n == 768  # the global batch of every GPU preset
+    assert values["train_batch_size"] == 96 * gpus  # per GPU and micro-step
+    assert {key: values[key] for key in NVIDIA_768} == NVIDIA_768
+    # Step counts are micro-steps: the optimizer's 3,680 updates without warm-up, times n.
+    assert (values["num_train_steps"], values["num_warmup_steps"],
+            values["start_warmup_step"]) == (NVIDIA_768_UPDATES * n, 0, 0)
+    for key in ("save_checkpoints_steps", "iterations_per_loop"):
+        assert values[key] % n == 0, key
+    assert values["eval_batch_size"] * values["max_eval_steps"] == 10_000
+    assert values["eval_batch_size"] % gpus == 0
+    assert (values["mixed_precision"], values["use_xla"], values["packed"]) == ("bf16", True,
+                                                                                 True)
+
+
+@pytest.mark.parametrize("name", GPU_PRESETS)
+def test_gpu_preset_options_give_the_cadence_and_log_of_batch_768(name, tmp_path):
+    options = options_from_flags(parse(f"--preset={name}", f"--data_dir={tmp_path}",
+                                       f"--output_dir={tmp_path / 'out'}"))
+    n = options.data.steps_per_update
+    assert options.data.global_batch_size == 768
+    assert options.eval.frequency == cadence.eval_frequency(768) == 150_000
+    assert options.optimizer.num_train_steps // n == NVIDIA_768_UPDATES
+    assert options.submission.noncompliant == ()
+
+
+@pytest.mark.parametrize("name", GPU_PRESETS)
+def test_gpu_preset_reads_the_packed_dataset_unless_nopacked(name):
+    from cleanup_scripts.layout import DatasetLayout
+    layout = DatasetLayout(presets.REPO_DIR / "build" / "dataset")
+    packed = read_flags(parse(f"--preset={name}"))
+    assert packed["input_file"] == f"{layout.packed_dir}/part-*"
+    assert packed["eval_file"] == f"{layout.packed_dir}/eval_10k"
+    unpacked = read_flags(parse(f"--preset={name}", "--nopacked"))
+    assert unpacked["input_file"] == f"{layout.tfrecord_dir}/part-*"
+    given = read_flags(parse(f"--preset={name}", "--data_dir=/data/tfrecords"))
+    assert given["input_file"] == "/data/tfrecords/part-*"
+
+
+def test_batch_768_lies_between_two_reference_convergence_points():
+    """mlperf_logging's RCP check (pruned RCPs, as its package checker runs it) has no RCP at
+    768 and interpolates between the nearest RCPs on either side; a batch outside them would
+    be 'Missing RCP'."""
+    import logging
+
+    from mlperf_logging.rcp_checker import rcp_checker
+    logging.disable(logging.INFO)
+    try:
+        checker = rcp_checker.RCP_Checker("training", "5.0.0", "bert", False)
+    finally:
+        logging.disable(logging.NOTSET)
+    assert checker._find_rcp(768, "pruned_rcps") is None
+    low = checker._find_top_min_rcp(768, "pruned_rcps")
+    high = checker._find_bottom_max_rcp(768, "pruned_rcps")
+    assert (low["BS"], high["BS"]) == (448, 4608)
+    _, interpolated = checker._create_interp_rcp(768, low, high)
+    assert 2.4e6 < interpolated["RCP Mean"] < 2.5e6  # samples to converge
 
 
 def test_every_preset_parses_into_flags(tmp_path):
