@@ -18,7 +18,6 @@ import concurrent.futures
 import os
 import re
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
@@ -34,7 +33,7 @@ from google.cloud.storage.retry import DEFAULT_RETRY
 from tqdm import tqdm
 
 from benchmark.errors import exit_on_user_error, printable
-from benchmark.files import md5_file, resolve_inside
+from benchmark.files import md5_file, resolve_inside, scratch_dir
 from cleanup_scripts.artifacts import partial_name, problem, resume_hint, verified
 from cleanup_scripts.fileio import InputError, ensure_dir
 from cleanup_scripts.layout import DatasetLayout
@@ -386,7 +385,7 @@ def upload_tree(source_dir: str | os.PathLike, url: str | GcsUrl, nworker: int =
     client = make_client()
     existing = list_objects(url, client)
     check_manifest_md5s(files, source_dir, url, existing, nworker)
-    with tempfile.TemporaryDirectory(prefix="upload-manifest-") as scratch:
+    with scratch_dir("upload-manifest") as scratch:
         if not any(local.relative == MANIFEST for local in files):
             files = with_manifest(files, Path(scratch), nworker)
         commit = [local for local in files if local.relative == MANIFEST]
