@@ -245,12 +245,15 @@ def run_pack(layout: DatasetLayout, options: Options) -> StageSummary:
 def run_manifest(layout: DatasetLayout, options: Options) -> StageSummary:
     """manifest.tsv (path, bytes, md5 of every output), and the same with mtimes in
     .state/manifest.outputs, which lets `make verify` and `make upload` trust an md5 while its
-    file keeps its size and mtime."""
+    file keeps its size and mtime. A link there leading out of OUT is an InputError
+    (`resolve_inside`): nothing outside is hashed into the manifest."""
     started = time.time()
     folders = [layout.text_dir, layout.results_dir, layout.tfrecord_dir] + (
         [layout.packed_dir] if options.pack else [])
-    outputs = sorted(path for folder in folders for path in folder.rglob("*")
-                     if path.is_file() and not path.name.startswith("."))
+    outputs = sorted(files.resolve_inside(layout.root, str(path.relative_to(layout.root)),
+                                          str(layout.root))
+                     for folder in folders for path in folder.rglob("*")
+                     if (path.is_file() or path.is_symlink()) and not path.name.startswith("."))
     entries = {}
     with StageProgress("manifest", len(outputs), total_bytes(outputs)) as bar:
         for path in outputs:

@@ -28,7 +28,7 @@ from urllib3 import exceptions as urllib3_exceptions
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from benchmark.errors import printable
-from benchmark.files import md5_file
+from benchmark.files import md5_file, resolve_inside
 from cleanup_scripts.artifacts import partial_name, problem, resume_hint, unknown_host, verified
 from cleanup_scripts.fileio import InputError, ensure_dir
 
@@ -357,13 +357,17 @@ def fetch(url: str, dest: str | os.PathLike, expected_md5: str | None = None,
           max_size: int | None = None) -> str:
     """Download `url` (`http(s)://`, `file://` or a path) to `dest`; return its md5.
 
-    A `dest` with `expected_md5` is kept as it is. The download goes to `dest.partial` (see
+    A `dest` with `expected_md5` is kept as it is. `dest` or its `.partial` that is a link
+    leading out of its folder, or no regular file, is an InputError (`resolve_inside`), and
+    nothing is written. The download goes to `dest.partial` (see
     `_download`): at most `expected_size` bytes, else `max_size`. It is renamed to `dest` only
     with `expected_size` and `expected_md5` (when given), else removed; every failure is an
     InputError naming `dest`.
     """
     dest = Path(dest)
     ensure_dir(dest.parent)
+    for name in (dest.name, partial_name(dest).name):  # never written through a link leading out
+        resolve_inside(dest.parent, name, str(dest))
     if expected_md5 is not None and dest.is_file():
         if verified(dest, expected_md5, expected_size):
             return expected_md5

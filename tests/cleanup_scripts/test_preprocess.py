@@ -343,6 +343,19 @@ def test_state_record_naming_a_file_outside_the_output_deletes_nothing(first_run
     assert {**tree_state(output), lock: None} == {**before, lock: None}
 
 
+def test_manifest_never_hashes_a_file_a_link_in_the_output_leads_to(first_run, tmp_path):
+    output, secret = tmp_path / "dataset", tmp_path / "secret"
+    shutil.copytree(first_run, output)
+    secret.write_text("not preprocess's\n")
+    (output / "results" / "notes").symlink_to(secret)
+    (output / ".state" / "manifest").unlink()  # the manifest stage runs again
+    result = preprocess(output, "--nworker=2", check=False)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (f"error: {output}: 'results/notes' leads outside "
+                                              f"{output} (a link to {secret}); not read")
+    assert not (output / "manifest.tsv").exists() and md5_of(secret) not in result.stderr
+
+
 # ---- flags are checked before the first stage ---------------------------------------------------
 
 @pytest.mark.parametrize("flag, problem", [
