@@ -4,7 +4,8 @@ one-line errors they raise.
 `atomic_output` writes beside the final name and renames only on success; `ensure_dir` makes an
 output folder or says in one line why it cannot; `md5_file` hashes a file in 1 MiB chunks.
 For input made by others: `open_regular`/`read_regular` read only regular files up to a size
-limit (never a FIFO or a device), `link_outside` tells a link leaving a tree, `walk_files`
+limit (never a FIFO or a device), `link_outside` tells a link leaving a tree, `resolve_inside`
+checks a path a record names (relative, inside its tree, a regular file), `walk_files`
 walks to a bounded depth without recursion, `scratch_dir` makes a temporary folder that a later
 run removes if its process died.
 `InputError` (a `UserError`) names the file or folder at fault; `DiskFullError` says the disk
@@ -25,7 +26,7 @@ from typing import IO, Iterator
 
 from tqdm import tqdm
 
-from benchmark.errors import UserError
+from benchmark.errors import UserError, printable
 
 CHUNK_SIZE = 1 << 20
 # md5_file shows a progress bar (on a terminal) for files larger than this.
@@ -214,6 +215,42 @@ def link_outside(path: str | os.PathLike, root: str | os.PathLike) -> str | None
     if real == base or real.startswith(base.rstrip(os.sep) + os.sep):
         return None
     return real
+
+
+def resolve_inside(root: str | os.PathLike, relative: str, where: str) -> Path:
+    """`root/relative` for a path that a record names (a line of a `.state` file, a
+    `manifest.tsv` row, an object name, an artifact's place): the one check of every such path.
+
+    `relative` must be a `/`-separated relative path of printable characters without an empty,
+    `.` or `..` component; after following links it must stay inside `root` (also resolved);
+    and where something is there, it must be a regular file. A path with nothing there is
+    returned as it is (the caller says "missing"). Otherwise InputError, one line naming
+    `where` (the file and line of the record) and the path, and nothing is read: the file it
+    leads to is never opened, and its content never quoted.
+    """
+    shown = f"'{printable(relative)}'"
+    parts = relative.split("/")
+    if relative.startswith("/"):
+        reason = "is an absolute path"
+    elif any(part in ("", ".", "..") for part in parts) or not relative.isprintable():
+        reason = "is not a plain relative path (a '..', '.' or empty component, or a control " \
+                 "character)"
+    else:
+        path = Path(root).joinpath(*parts)
+        outside = link_outside(path, root)
+        if outside is not None:
+            reason = f"leads outside {printable(root)} (a link to {printable(outside)})"
+        else:
+            try:
+                mode = os.stat(path).st_mode
+            except FileNotFoundError:
+                return path
+            except OSError as err:
+                raise InputError(f"{where}: {shown}: cannot be read ({err.strerror})") from err
+            if stat.S_ISREG(mode):
+                return path
+            reason = f"is {file_kind(mode)}, not a regular file"
+    raise InputError(f"{where}: {shown} {reason}; not read")
 
 
 def walk_files(root: str | os.PathLike, max_depth: int) -> Iterator[tuple[Path, int]]:

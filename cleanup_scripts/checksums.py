@@ -21,6 +21,7 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmark.files import read_regular, resolve_inside
 from cleanup_scripts.fileio import InputError
 
 CHECKSUMS_DIR = Path(__file__).resolve().parent.parent / "checksums"
@@ -29,6 +30,8 @@ CHECKSUMS_DIR = Path(__file__).resolve().parent.parent / "checksums"
 OFFICIAL_MANIFESTS = ("inputs.md5", "results.md5", "text-FE.md5")
 SIZES_FILE = "sizes.tsv"
 EVAL_ARTICLES_FILE = "eval-articles.md5"
+# A checksum file or an eval.md5 is read whole: this much at most (eval.md5 is 330 KB).
+CHECKSUM_FILE_MAX_BYTES = 64 << 20
 
 # Where each canonical folder of an artifact may sit under DIR: our layout first, then the
 # reference's (download_and_uncompress.sh's `wiki/`, process_wiki.sh run in `cleanup_scripts/`,
@@ -57,8 +60,12 @@ class Artifact:
 
 
 def _read_lines(path: Path) -> list[str]:
+    """The lines of the checksum file `path` (at most CHECKSUM_FILE_MAX_BYTES, a regular file,
+    UTF-8), or InputError naming it."""
     try:
-        return path.read_text(encoding="utf-8").splitlines()
+        return read_regular(path, CHECKSUM_FILE_MAX_BYTES).decode("utf-8").splitlines()
+    except UnicodeDecodeError as err:
+        raise InputError(f"{path}: not UTF-8 text, not a checksum file") from err
     except OSError as err:
         raise InputError(f"{path}: cannot read checksum file ({err.strerror})") from err
 
@@ -152,9 +159,11 @@ def candidate_paths(path: str) -> list[str]:
 
 
 def locate(root: Path, path: str) -> Path | None:
-    """The first existing file among `path`'s candidate locations under `root`, or None."""
+    """The first existing file among `path`'s candidate locations under `root`, or None.
+    InputError (`resolve_inside`) for a candidate that is a link leading out of `root` or no
+    regular file: it is never read."""
     for candidate in candidate_paths(path):
         full = root / candidate
-        if full.is_file():
+        if os.path.lexists(full) and resolve_inside(root, candidate, str(root)).exists():
             return full
     return None

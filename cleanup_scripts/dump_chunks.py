@@ -11,9 +11,12 @@ the same pages, chunk by chunk, as the whole dump read in one go. Three ways to 
   dump's index is for), so a worker decompresses its own run. The streams are found by their
   headers (`BZh[1-9]` + the block magic 0x314159265359), in parallel; a false match inside
   compressed data could only make a chunk fail to decompress, which is an error, never wrong
-  text. `text_is_page_aligned` checks each decoded chunk.
+  text. `starts_a_chunk` helps check each decoded chunk.
 * anything else (one bz2 stream, gzip, or a multistream file whose streams split pages): read
   and decoded in this process and handed out as text, cut before `<page>` lines.
+
+Every chunk is decoded as a stream, line by line (`chunk_lines`, `page_lines`), never whole, and
+a page larger than MAX_PAGE_CHARS is refused: memory does not grow with a page's size.
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from cleanup_scripts.fileio import InputError
+from cleanup_scripts.fileio import InputError, printable
 
 _PAGE_LINE = re.compile(rb"\n[ \t]*<page>")
 _PAGE_LINE_TEXT = re.compile(r"[ \t]*<page>")
@@ -33,6 +36,13 @@ _CHUNK_START_TEXT = re.compile(r"[ \t]*(<page>|</mediawiki>)")
 _STREAM_HEADER = re.compile(rb"BZh[1-9]1AY&SY")
 _HEADER_LENGTH = 10
 _SCAN_PIECE = 64 << 20
+_TITLE = re.compile(r"<title>([^<]*)</title>")
+# The most characters one page of a dump may span, from its `<page>` line to the next (and one
+# line at most). MediaWiki keeps at most 2 MiB of wikitext a page ($wgMaxArticleSize, 2048 KiB);
+# XML escaping grows that to 12 MiB at the very worst (every character a `"`, `&quot;`), and the
+# largest real enwiki pages hold a few MB. A page over this is no real page: it is refused, so a
+# worker holds at most about two of these (the page's lines and the line being read).
+MAX_PAGE_CHARS = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -58,41 +68,78 @@ class Chunk:
         return self.stop - self.start
 
 
-def chunk_text(chunk: Chunk) -> str:
-    """The decoded text of `chunk`, newlines as WikiExtractor's text-mode reading gives them.
+class _Range(io.RawIOBase):
+    """Bytes `start`..`stop` of the open binary file `handle`, read as a stream."""
 
-    Raises InputError for bytes that do not decompress (naming the file and byte range) or
-    are not UTF-8.
+    def __init__(self, handle: io.BufferedReader, start: int, stop: int) -> None:
+        super().__init__()
+        handle.seek(start)
+        self._handle, self._left = handle, stop - start
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        if self._left <= 0:
+            return 0
+        count = self._handle.readinto(memoryview(buffer)[:self._left])
+        self._left -= count
+        return count
+
+
+def page_lines(stream: io.TextIOBase, where: str) -> Iterator[str]:
+    """The lines of text `stream`, read one at a time (at most MAX_PAGE_CHARS + 1 characters
+    each). InputError naming `where` and the page (its title) when a line, or a page from its
+    `<page>` line to the next, holds more than MAX_PAGE_CHARS characters: nothing of it is
+    passed on, and no more is read."""
+    held, title = 0, None
+    while True:
+        line = stream.readline(MAX_PAGE_CHARS + 1)
+        if not line:
+            return
+        if _PAGE_LINE_TEXT.match(line):
+            held, title = 0, None
+        elif title is None and "<title>" in line:
+            found = _TITLE.search(line)
+            title = found.group(1) if found else None
+        held += len(line)
+        if held > MAX_PAGE_CHARS:
+            page = f"page '{printable(title[:200])}'" if title else "a page (no <title> yet)"
+            raise InputError(f"{where}: {page} holds more than {MAX_PAGE_CHARS:,} characters, "
+                             f"more than any real page (MediaWiki keeps at most 2 MiB of "
+                             f"wikitext a page); refused")
+        yield line
+
+
+def chunk_lines(chunk: Chunk) -> Iterator[str]:
+    """The lines of `chunk`'s decoded text, newlines as WikiExtractor's text-mode reading gives
+    them (UTF-8, universal newlines), decoded as a stream (`page_lines`): memory does not grow
+    with the chunk or its pages.
+
+    Raises InputError for bytes that do not decompress (naming the file and byte range), are
+    not UTF-8, or a page over MAX_PAGE_CHARS.
     """
     if chunk.text is not None:
-        return chunk.text
-    with open(chunk.path, "rb") as handle:
-        handle.seek(chunk.start)
-        data = handle.read(chunk.size)
+        yield from page_lines(io.StringIO(chunk.text), chunk.path)
+        return
     where = f"{chunk.path}: bytes {chunk.start}-{chunk.stop}"
-    if chunk.codec == "bz2":
+    with open(chunk.path, "rb") as handle:
+        raw = io.BufferedReader(_Range(handle, chunk.start, chunk.stop), 1 << 20)
+        source = bz2.BZ2File(raw) if chunk.codec == "bz2" else raw
         try:
-            data = bz2.decompress(data)
+            yield from page_lines(io.TextIOWrapper(source, encoding="utf-8"), where)
+        except InputError:
+            raise
+        except UnicodeDecodeError as err:
+            raise InputError(f"{where}: not UTF-8 text ({err.reason})") from err
         except (OSError, ValueError, EOFError) as err:
             raise InputError(f"{where}: cannot decompress ({err})") from err
-    try:
-        return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8").read()
-    except UnicodeDecodeError as err:
-        raise InputError(f"{where}: not UTF-8 text ({err.reason})") from err
 
 
-def chunk_lines(text: str) -> io.StringIO:
-    """The lines of a chunk's decoded text, as WikiExtractor iterates them (split at "\\n")."""
-    return io.StringIO(text)
-
-
-def text_is_page_aligned(text: str, chunk: Chunk) -> bool:
-    """Whether decoded `text` of `chunk` starts at a `<page>` line or the closing
-    `</mediawiki>` (unless it is the first chunk) and ends at a line end (unless it is the
-    last)."""
-    starts = chunk.index == 0 or _CHUNK_START_TEXT.match(text) is not None
-    ends = chunk.last or text.endswith("\n")
-    return starts and ends
+def starts_a_chunk(line: str) -> bool:
+    """Whether a chunk after the first may start with `line`: a `<page>` line or the closing
+    `</mediawiki>`."""
+    return _CHUNK_START_TEXT.match(line) is not None
 
 
 # ----------------------------------------------------------------------------------------------

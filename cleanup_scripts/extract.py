@@ -319,23 +319,35 @@ def _read_siteinfo(lines: Iterator[str]) -> bool:
     return False
 
 
-def _decoded(chunk: dump_chunks.Chunk) -> str:
-    text = dump_chunks.chunk_text(chunk)
-    if not dump_chunks.text_is_page_aligned(text, chunk):
-        if chunk.codec == "bz2":
-            raise _Misaligned(chunk.index)
-        raise RuntimeError(f"{chunk.path}: chunk {chunk.index} is not page-aligned")
-    if chunk.last and chunk.codec != "text" and not text.rstrip().endswith("</mediawiki>"):
-        raise InputError(f"{chunk.path}: the XML ends before </mediawiki> "
-                         f"(truncated or not a MediaWiki dump)")
-    return text
+def _decoded(chunk: dump_chunks.Chunk) -> Iterator[str]:
+    """The lines of `chunk` (`dump_chunks.chunk_lines`, a stream), checked as they pass: a
+    chunk after the first starts at a `<page>` line or `</mediawiki>`, one before the last ends
+    at a line end (else _Misaligned for bz2 streams that split pages, RuntimeError otherwise),
+    and the last chunk of a compressed or XML dump ends with `</mediawiki>` (else InputError)."""
+    last_line, last_content = "", ""
+    for number, line in enumerate(dump_chunks.chunk_lines(chunk)):
+        if number == 0 and chunk.index != 0 and not dump_chunks.starts_a_chunk(line):
+            break
+        last_line = line
+        last_content = line if line.strip() else last_content
+        yield line
+    else:
+        if (chunk.index == 0 or last_line) and (chunk.last or last_line.endswith("\n")):
+            if (chunk.last and chunk.codec != "text"
+                    and not last_content.rstrip().endswith("</mediawiki>")):
+                raise InputError(f"{chunk.path}: the XML ends before </mediawiki> "
+                                 f"(truncated or not a MediaWiki dump)")
+            return
+    if chunk.codec == "bz2":
+        raise _Misaligned(chunk.index)
+    raise RuntimeError(f"{chunk.path}: chunk {chunk.index} is not page-aligned")
 
 
 def _extract_chunk(chunk: dump_chunks.Chunk) -> tuple:
     """Worker: the script's page reader, filter and Extractor over one chunk (the first from
     after `</siteinfo>`, where the script's reader goes on). Returns (first page id, last page
     id, [(page ordinal, UTF-8 text), …]) for the pages kept, in dump order."""
-    lines = dump_chunks.chunk_lines(_decoded(chunk))
+    lines = _decoded(chunk)
     if chunk.index == 0 and not _read_siteinfo(lines):
         raise InputError(f"{chunk.path}: <siteinfo> does not end before the first page")
     ids: list = []
@@ -385,7 +397,8 @@ def _in_order(pool, chunks: Iterator[dump_chunks.Chunk], window: int
 def _serial_chunks(settings: _Settings) -> Iterator[dump_chunks.Chunk]:
     reader = open_dump(settings.input_path)
     try:
-        yield from dump_chunks.serial_chunks(reader, settings.input_path, settings.chunk_bytes,
+        lines = dump_chunks.page_lines(reader, str(settings.input_path))
+        yield from dump_chunks.serial_chunks(lines, settings.input_path, settings.chunk_bytes,
                                              reader.buffer.raw.position)
     finally:
         reader.close()
@@ -555,11 +568,13 @@ def _supervise(settings: _Settings) -> int:
 
 
 def _replace_directory(built: Path, final: Path) -> None:
-    """Rename directory `built` to `final`, replacing an earlier `final` directory."""
+    """Rename directory `built` to `final`, replacing an earlier `final` directory (moved
+    aside as `.NAME.old.partial-PID` first: a kill leaves it under a temporary's name, which
+    the next `make preprocess` removes)."""
     if final.exists() and not final.is_dir():
         raise InputError(f"{final}: exists and is not a directory")
     if final.exists():
-        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        old = temporary_name(final.with_name(final.name + ".old"))
         os.replace(final, old)
         os.replace(built, final)
         shutil.rmtree(old)

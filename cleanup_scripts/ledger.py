@@ -19,7 +19,7 @@ from pathlib import Path
 
 from absl import logging
 
-from benchmark.files import RefusedFile, md5_file, read_regular
+from benchmark.files import RefusedFile, md5_file, read_regular, resolve_inside
 from cleanup_scripts.fileio import InputError, atomic_output, printable
 from cleanup_scripts.layout import DatasetLayout
 
@@ -73,18 +73,27 @@ def write_state(path: Path, text: str) -> None:
         out.write(text)
 
 
-def read_marker(path: Path) -> tuple[str, dict[str, int]] | None:
-    """(key, {output relative to OUT: bytes}) of a finished stage's marker; None when there is
-    none or it is damaged (removed with a warning)."""
+def read_marker(path: Path, root: Path) -> tuple[str, dict[str, int]] | None:
+    """(key, {output relative to `root` (OUT): bytes}) of a finished stage's marker; None when
+    there is none or it is damaged (removed with a warning).
+
+    A well-formed line naming a path that leaves `root`, or something there that is not a
+    regular file, is an InputError naming the marker and the line (`resolve_inside`): a stage
+    never writes one, so the folder was altered by hand or by someone else, and the run stops
+    before it removes or reads anything a record names.
+    """
     text = read_state(path)
     if text is None:
         return None
     key, *lines = text.split("\n")
     outputs = {}
-    for line in filter(None, lines):
+    for number, line in enumerate(lines, start=2):
+        if not line:
+            continue
         name, _, size = line.rpartition("\t")
         if not (name and size.isdigit()):
             return _damaged(path, "not a stage record", True)
+        resolve_inside(root, name, f"{printable(path)}:{number}")
         outputs[name] = int(size)
     return key, outputs
 

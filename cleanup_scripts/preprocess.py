@@ -245,12 +245,15 @@ def run_pack(layout: DatasetLayout, options: Options) -> StageSummary:
 def run_manifest(layout: DatasetLayout, options: Options) -> StageSummary:
     """manifest.tsv (path, bytes, md5 of every output), and the same with mtimes in
     .state/manifest.outputs, which lets `make verify` and `make upload` trust an md5 while its
-    file keeps its size and mtime."""
+    file keeps its size and mtime. A link there leading out of OUT is an InputError
+    (`resolve_inside`): nothing outside is hashed into the manifest."""
     started = time.time()
     folders = [layout.text_dir, layout.results_dir, layout.tfrecord_dir] + (
         [layout.packed_dir] if options.pack else [])
-    outputs = sorted(path for folder in folders for path in folder.rglob("*")
-                     if path.is_file() and not path.name.startswith("."))
+    outputs = sorted(files.resolve_inside(layout.root, str(path.relative_to(layout.root)),
+                                          str(layout.root))
+                     for folder in folders for path in folder.rglob("*")
+                     if (path.is_file() or path.is_symlink()) and not path.name.startswith("."))
     entries = {}
     with StageProgress("manifest", len(outputs), total_bytes(outputs)) as bar:
         for path in outputs:
@@ -325,11 +328,12 @@ def markers(layout: DatasetLayout, name: str) -> tuple[Path, Path]:
 
 def changed_outputs(layout: DatasetLayout, stage: Stage, recorded: dict[str, int]) -> list[str]:
     """The outputs of a finished stage (those it recorded, and those the earlier stages'
-    outputs call for) that are gone or no longer have their recorded size."""
+    outputs call for) that are gone or no longer have their recorded size. InputError for one
+    that leads outside OUT or is no regular file (`resolve_inside`): nothing of it is removed."""
     wanted = {str(path.relative_to(layout.root)): None for path in stage.outputs(layout)}
     changed = []
     for name, size in (wanted | recorded).items():
-        path = layout.root / name
+        path = files.resolve_inside(layout.root, name, str(layout.root))
         if not path.exists() or size not in (None, path.stat().st_size):
             changed.append(name)
     return changed
@@ -386,7 +390,7 @@ def run_stage(layout: DatasetLayout, options: Options, stage: Stage,
     """
     key = stage_key(stage, options)
     finished, started = markers(layout, stage.name)
-    marker = read_marker(finished)
+    marker = read_marker(finished, layout.root)
     changed = changed_outputs(layout, stage, marker[1]) if marker and marker[0] == key else None
     if changed == []:
         say(f"{stage.name}: already done with these parameters, skipped")
@@ -418,7 +422,7 @@ def check_inputs(layout: DatasetLayout, options: Options) -> Options:
         return replace(options, results_digest=import_results.text_digest(
             layout, options.results_text, options.nworker))
     dump = local_dump(options.dump)
-    marker = read_marker(markers(layout, STAGES[0].name)[0])
+    marker = read_marker(markers(layout, STAGES[0].name)[0], layout.root)
     if dump is not None and (marker is None or marker[0] != stage_key(STAGES[0], options)):
         check_local_dump(dump)
     return options

@@ -21,12 +21,13 @@ A preprocess output is checked for what it is, a dataset this harness built:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 
-from benchmark.errors import exit_on_user_error
-from benchmark.files import InputError, md5_file
+from benchmark.errors import exit_on_user_error, printable
+from benchmark.files import md5_file, resolve_inside
 from cleanup_scripts import checksums
 from cleanup_scripts.artifacts import verify as artifacts_verify
 from cleanup_scripts.artifacts.verify_dir import check_artifact, format_finding
@@ -39,37 +40,43 @@ INPUT_GROUP = "inputs"
 
 
 def is_preprocess_output(directory: str) -> bool:
-    """Whether `directory` is a folder `make preprocess` wrote (manifest.tsv and .state/)."""
+    """Whether `directory` is a folder `make preprocess` wrote (manifest.tsv and .state/).
+    InputError naming `manifest.tsv` when, beside `.state/`, it is there but is no regular
+    file or a link leading out of `directory` (a FIFO is named, never opened)."""
     if directory.startswith("gs://"):
         return False
     layout = DatasetLayout(Path(directory))
-    return layout.manifest.is_file() and layout.state_dir.is_dir()
-
-
-def read_manifest(path: Path) -> dict[str, tuple[int, str]]:
-    """{relative path: (bytes, md5)} of a preprocess manifest.tsv; InputError if malformed."""
-    return {name: (size, md5) for _, name, size, md5 in read_manifest_rows(path)}
+    if not (layout.state_dir.is_dir() and os.path.lexists(layout.manifest)):
+        return False
+    resolve_inside(layout.root, layout.manifest.name, directory)
+    return True
 
 
 def manifest_problems(layout: DatasetLayout, rehash: bool) -> tuple[list[str], int, int]:
-    """(a line per listed file that is missing or changed, files listed, their bytes)."""
-    rows = read_manifest(layout.manifest)
+    """(a line per listed file that is missing or changed, files listed, their bytes).
+
+    Each row's path goes through `resolve_inside`: one that is absolute, holds `..`, leads
+    outside OUT through a link or names no regular file (a FIFO, /dev/zero) is an InputError
+    naming the manifest's line, and nothing it names is read or hashed."""
+    rows = read_manifest_rows(layout.manifest)
     mtimes = {name: entries[-1].mtime_ns for name, entries in recorded_entries(layout).items()}
     problems = []
-    for name, (size, md5) in rows.items():
-        path = layout.root / name
+    for number, name, size, md5 in rows:
+        path = resolve_inside(layout.root, name, f"{layout.manifest}:{number}")
         try:
             stat = path.stat()
         except FileNotFoundError:
-            problems.append(f"missing  {name}  [listed in manifest.tsv]")
+            problems.append(f"missing  {printable(name)}  [listed in manifest.tsv]")
             continue
         if stat.st_size != size:
-            problems.append(f"changed  {name}  [{stat.st_size} bytes, manifest.tsv has {size}]")
+            problems.append(f"changed  {printable(name)}  [{stat.st_size} bytes, manifest.tsv "
+                            f"has {size}]")
         elif rehash or mtimes.get(name) != stat.st_mtime_ns:
             actual = md5_file(path, progress=False)
             if actual != md5:
-                problems.append(f"changed  {name}  [md5 {actual}, manifest.tsv has {md5}]")
-    return problems, len(rows), sum(size for size, _ in rows.values())
+                problems.append(f"changed  {printable(name)}  [md5 {actual}, manifest.tsv has "
+                                f"{md5}]")
+    return problems, len(rows), sum(size for _, _, size, _ in rows)
 
 
 def verify_preprocess_output(directory: str, rehash: bool) -> bool:

@@ -4,8 +4,9 @@ md5-checked uploads and downloads through google-cloud-storage's own transfers.
     python -m cleanup_scripts.artifacts.storage ls gs://bucket/prefix
     python -m cleanup_scripts.artifacts.storage download gs://bucket/prefix DIR [--nworker=8]
 
-`manifest.tsv` is the commit record: an upload sends it last, once every file it lists is in
-the bucket; a download first checks that every file it lists is there with its size and md5.
+`manifest.tsv` is the commit record: an upload sends it last (one it writes for a tree that has
+none), once every file it lists is in the bucket; a download refuses a prefix without one, and
+first checks that every file it lists is there with its size and md5.
 Credentials are Google's default ones; with STORAGE_EMULATOR_HOST every request goes to that
 emulator without credentials.
 """
@@ -18,7 +19,7 @@ import os
 import re
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Callable, Iterable
 
@@ -32,12 +33,12 @@ from google.cloud.storage.retry import DEFAULT_RETRY
 from tqdm import tqdm
 
 from benchmark.errors import exit_on_user_error, printable
-from benchmark.files import md5_file
+from benchmark.files import md5_file, resolve_inside, scratch_dir
 from cleanup_scripts.artifacts import partial_name, problem, resume_hint, verified
 from cleanup_scripts.fileio import InputError, ensure_dir
 from cleanup_scripts.layout import DatasetLayout
-from cleanup_scripts.ledger import (MANIFEST_MAX_BYTES, Entry, manifest_rows, read_manifest_rows,
-                                    recorded_entries)
+from cleanup_scripts.ledger import (MANIFEST_HEADER, MANIFEST_MAX_BYTES, Entry, manifest_rows,
+                                    read_manifest_rows, recorded_entries)
 from cleanup_scripts.runner import StageSummary, report
 
 GS_SCHEME = "gs://"
@@ -238,29 +239,14 @@ class LocalFile:
     md5: str | None  # None: not known yet (computed when needed)
 
 
-def inside_source(root: Path, relative: str, where: str) -> Path:
-    """`root/relative`, refused (InputError naming `where` and the path) unless it stays inside
-    `root`: no absolute path, no `..`, `.` or empty component, no symlink (anywhere on the way)
-    whose target leaves `root`."""
-    if relative.startswith("/"):
-        raise InputError(f"{where}: {relative!r} is outside {root} (an absolute path)")
-    if any(part in ("", ".", "..") for part in relative.split("/")):
-        raise InputError(f"{where}: {relative!r} is not a plain relative path under {root} "
-                         f"(a '..', '.' or empty component)")
-    target = (root / relative).resolve()
-    if not target.is_relative_to(root.resolve()):
-        raise InputError(f"{where}: {relative!r} is outside {root} (a symlink to {target})")
-    return root / relative
-
-
 def read_manifest(source_dir: Path) -> list[LocalFile]:
     """The files listed in `source_dir/manifest.tsv` (path, bytes, md5), then the manifest.
-    InputError for a listed path that leads outside `source_dir` (`inside_source`) or a listed
-    file that is missing or not of the listed size."""
+    InputError for a listed path that leads outside `source_dir` or is no regular file
+    (`resolve_inside`), or a listed file that is missing or not of the listed size."""
     manifest = source_dir / MANIFEST
     files = []
     for number, relative, size, md5 in read_manifest_rows(manifest):
-        path = inside_source(source_dir, relative, f"{manifest}:{number}")
+        path = resolve_inside(source_dir, relative, f"{manifest}:{number}")
         try:
             actual = path.stat().st_size
         except OSError as err:
@@ -275,18 +261,20 @@ def read_manifest(source_dir: Path) -> list[LocalFile]:
 def local_files(source_dir: str | os.PathLike) -> list[LocalFile]:
     """What an upload of `source_dir` sends: its `manifest.tsv`'s files and the manifest when
     there is one (a `make preprocess` output), else every file of the tree but hidden ones
-    (`.state/`, `.*`) and `*.partial` downloads. InputError for a path leading outside it."""
+    (`.state/`, `.*`) and `*.partial` downloads (`upload_tree` adds a manifest of them).
+    InputError for a path leading outside it, or a `manifest.tsv` that is no regular file."""
     root = Path(source_dir)
     if not root.is_dir():
         raise InputError(f"{root}: not a directory")
-    if (root / MANIFEST).is_file():
+    if os.path.lexists(root / MANIFEST):
+        resolve_inside(root, MANIFEST, str(root))
         return read_manifest(root)
     files = []
     for path in sorted(root.rglob("*")):
         relative = PurePosixPath(path.relative_to(root).as_posix())
         if (path.is_file() and not any(part.startswith(".") for part in relative.parts)
                 and not relative.name.endswith(".partial")):
-            inside_source(root, str(relative), str(path))
+            resolve_inside(root, str(relative), str(path))
             files.append(LocalFile(str(relative), path, path.stat().st_size, None))
     return files
 
@@ -397,16 +385,32 @@ def upload_tree(source_dir: str | os.PathLike, url: str | GcsUrl, nworker: int =
     client = make_client()
     existing = list_objects(url, client)
     check_manifest_md5s(files, source_dir, url, existing, nworker)
-    commit = [local for local in files if local.relative == MANIFEST]
-    data = sorted((local for local in files if local.relative != MANIFEST),
-                  key=lambda local: -local.size)  # big files first: a shorter tail
-    if commit and MANIFEST in existing:
-        _delete_stale_manifest(client, url, commit[0], existing)
+    with scratch_dir("upload-manifest") as scratch:
+        if not any(local.relative == MANIFEST for local in files):
+            files = with_manifest(files, Path(scratch), nworker)
+        commit = [local for local in files if local.relative == MANIFEST]
+        data = sorted((local for local in files if local.relative != MANIFEST),
+                      key=lambda local: -local.size)  # big files first: a shorter tail
+        if MANIFEST in existing:
+            _delete_stale_manifest(client, url, commit[0], existing)
 
-    def send(items: list[LocalFile], desc: str) -> list[Transfer]:
-        return _in_threads(lambda local: upload_file(
-            client, url, local, existing.get(local.relative), chunk_size), items, nworker, desc)
-    return send(data, "upload") + send(commit, f"upload {MANIFEST}")
+        def send(items: list[LocalFile], desc: str) -> list[Transfer]:
+            return _in_threads(lambda local: upload_file(
+                client, url, local, existing.get(local.relative), chunk_size), items, nworker,
+                desc)
+        return send(data, "upload") + send(commit, f"upload {MANIFEST}")
+
+
+def with_manifest(files: list[LocalFile], folder: Path, nworker: int) -> list[LocalFile]:
+    """`files` (a tree without a manifest.tsv) with their md5s (computed in `nworker` threads),
+    then a `manifest.tsv` listing them, written in `folder`: so the bucket copy of any tree has
+    its commit record, and a download can tell whether it is complete."""
+    md5s = _in_threads(lambda local: md5_file(local.path), files, nworker, "md5")
+    files = [replace(local, md5=md5) for local, md5 in zip(files, md5s)]
+    manifest = folder / MANIFEST
+    manifest.write_text(MANIFEST_HEADER + "".join(
+        f"{local.relative}\t{local.size}\t{local.md5}\n" for local in files), encoding="utf-8")
+    return files + [LocalFile(MANIFEST, manifest, manifest.stat().st_size, None)]
 
 
 def _delete_stale_manifest(client: storage.Client, url: GcsUrl, manifest: LocalFile,
@@ -424,15 +428,6 @@ def _delete_stale_manifest(client: storage.Client, url: GcsUrl, manifest: LocalF
     except _API_ERRORS as err:
         raise _api_error(url.child(MANIFEST), err) from err
     del existing[MANIFEST]
-
-
-def _safe_path(root: Path, relative: str, where: str) -> Path:
-    """`root/relative` for a plain, printable relative path; else InputError naming `where`."""
-    parts = relative.split("/")
-    if (relative.startswith("/") or any(part in ("", ".", "..") for part in parts)
-            or not relative.isprintable()):
-        raise InputError(f"{where}: {relative!r} is not a safe relative path")
-    return root.joinpath(*parts)
 
 
 def _read_object(client: storage.Client, url: GcsUrl, remote: RemoteObject, partial: Path,
@@ -459,10 +454,12 @@ def download_object(client: storage.Client, url: GcsUrl, relative: str, remote: 
     """Download one object to `dest_dir/relative` unless it is there with its md5: into
     `.partial`, continued from its last byte (once more from byte 0 when the result is not the
     object's md5), renamed into place only with the object's md5."""
-    dest = _safe_path(dest_dir, relative, printable(relative))
+    where = url.child(relative)
+    dest = resolve_inside(dest_dir, relative, where)
     if verified(dest, remote.md5, remote.size):
         return Transfer(relative, remote.size, "present")
-    partial = partial_name(ensure_dir(dest.parent) / dest.name)
+    ensure_dir(dest.parent)
+    partial = resolve_inside(dest_dir, partial_name(relative).as_posix(), where)
     held = partial.stat().st_size if partial.exists() else 0
     for start in [held, 0] if 0 < held <= remote.size else [0]:
         _read_object(client, url, remote, partial, start, chunk_size)
@@ -476,11 +473,12 @@ def download_object(client: storage.Client, url: GcsUrl, relative: str, remote: 
                      f"{remote.md5}; download removed")
 
 
-def read_remote_manifest(client: storage.Client, url: GcsUrl, remote: RemoteObject
-                         ) -> dict[str, tuple[int, str]]:
+def read_remote_manifest(client: storage.Client, url: GcsUrl, remote: RemoteObject,
+                         dest_dir: Path) -> dict[str, tuple[int, str]]:
     """The bucket's `manifest.tsv` under `url` as {path: (bytes, md5)}, read into memory (at
     most MANIFEST_MAX_BYTES) with its md5 checked. InputError, in one line naming it (and the
-    line), for anything that is not such a manifest."""
+    line), for anything that is not such a manifest, or a path that would not stay a file
+    inside `dest_dir`, where it is to go (`resolve_inside`)."""
     where = url.child(MANIFEST)
     if remote.size > MANIFEST_MAX_BYTES:
         raise InputError(f"{where}: {remote.size:,} bytes, more than a manifest may have "
@@ -493,7 +491,7 @@ def read_remote_manifest(client: storage.Client, url: GcsUrl, remote: RemoteObje
         raise _api_error(where, err) from err
     listed: dict[str, tuple[int, str]] = {}
     for number, relative, size, md5 in manifest_rows(data.decode("utf-8", "replace"), where):
-        _safe_path(Path("."), relative, f"{where}:{number}")
+        resolve_inside(dest_dir, relative, f"{where}:{number}")
         listed[relative] = (size, md5)
     return listed
 
@@ -521,18 +519,20 @@ def download_prefix(url: str | GcsUrl, dest_dir: str | os.PathLike,
                     nworker: int = DEFAULT_THREADS, chunk_size: int = DEFAULT_CHUNK_SIZE
                     ) -> list[Transfer]:
     """Download every object under `url` to `dest_dir` (same relative paths) in `nworker`
-    threads; one Transfer per file. When the prefix holds `manifest.tsv`, nothing is downloaded
-    unless every file it lists is there (`check_complete`), and the manifest comes last."""
+    threads; one Transfer per file. Nothing is downloaded unless the prefix holds a
+    `manifest.tsv` (an upload sends it last: without it, the upload did not finish) and every
+    file it lists is there (`check_complete`); the manifest comes last."""
     url = parse_gcs_url(url) if isinstance(url, str) else url
     client = make_client()
     objects = list_objects(url, client)
     if not objects:
         raise InputError(f"{url}: no objects")
-    if MANIFEST in objects:
-        check_complete(url, read_remote_manifest(client, url, objects[MANIFEST]), objects)
-    else:
-        print(f"note: {url} holds no {MANIFEST}, so whether it is complete cannot be checked",
-              file=sys.stderr)
+    if MANIFEST not in objects:
+        raise InputError(f"{url}: holds no {MANIFEST}, which an upload sends last: an upload "
+                         f"that did not finish (run it again), or not a copy made by "
+                         f"cleanup_scripts.artifacts.upload; nothing downloaded")
+    check_complete(url, read_remote_manifest(client, url, objects[MANIFEST], Path(dest_dir)),
+                   objects)
     dest_dir = ensure_dir(dest_dir)
     data = sorted((relative for relative in objects if relative != MANIFEST),
                   key=lambda relative: -objects[relative].size)
@@ -540,8 +540,7 @@ def download_prefix(url: str | GcsUrl, dest_dir: str | os.PathLike,
     def fetch(items: list[str], desc: str) -> list[Transfer]:
         return _in_threads(lambda relative: download_object(
             client, url, relative, objects[relative], dest_dir, chunk_size), items, nworker, desc)
-    return fetch(data, "download") + fetch([MANIFEST] if MANIFEST in objects else [],
-                                           f"download {MANIFEST}")
+    return fetch(data, "download") + fetch([MANIFEST], f"download {MANIFEST}")
 
 
 def describe(transfers: Iterable[Transfer], verb: str, where: str) -> str:

@@ -1,9 +1,11 @@
 """One file from `http(s)://`, `file://` or a path into place: `fetch`.
 
-The file is written as `<file>.partial`, which a transfer cut short (or a later run) resumes with
-a Range request; one `Deadline` bounds all of a file's attempts and waits, and no more bytes are
-written than its official size (or a ceiling). It takes its name only with its official md5;
-every failure is one InputError naming it.
+The file is written as `<file>.partial`, each chunk flushed as it comes, so every byte received
+is kept however the process ends (kill -9 included) and a later run resumes it with a Range
+request; one `Deadline` bounds all of a file's attempts and waits, and cuts a transfer slower
+than a floor of bytes per second; no more bytes are written than its official size (or a
+ceiling). It takes its name only with its official md5; every failure is one InputError
+naming it.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from urllib3 import exceptions as urllib3_exceptions
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from benchmark.errors import printable
-from benchmark.files import md5_file
+from benchmark.files import md5_file, resolve_inside
 from cleanup_scripts.artifacts import partial_name, problem, resume_hint, unknown_host, verified
 from cleanup_scripts.fileio import InputError, ensure_dir
 
@@ -36,6 +38,11 @@ TIMEOUT_S = 60  # the most one connect or one read may wait
 # the 1.34 GB TF2 checkpoint, 37.7 hours for the 17.75 GB dump).
 DEADLINE_FLOOR_S = 300.0
 MIN_RATE = 128 << 10  # bytes per second
+# While a request is under way (headers and body), fewer than RATE_FLOOR bytes per second over
+# RATE_WINDOW_S seconds cut it for good: a server dripping 1 byte/s no longer holds the dump's
+# download for its 37-hour deadline but for about a minute. (The dump at 16 KiB/s: 13 days.)
+RATE_FLOOR = 16 << 10  # bytes per second
+RATE_WINDOW_S = 60.0
 USER_AGENT = "mlperf-bert-harness-download/1"
 RETRY_STATUSES = (429, 500, 502, 503, 504)
 MAX_REDIRECTS = 10
@@ -66,17 +73,23 @@ def _shut(sock: socket.socket) -> None:
 
 class Deadline:
     """One file's time limit, every attempt and wait included: DEADLINE_FLOOR_S plus one second
-    per MIN_RATE bytes of the file (`total`; while that is unknown, of the bytes `received`).
+    per MIN_RATE bytes of the file (`total`; while that is unknown, of the bytes `received`);
+    and a floor on its rate: while a request is under way (`requesting`), fewer than RATE_FLOOR
+    bytes per second over a RATE_WINDOW_S window end it too (`drip` is then that rate).
 
     As a context manager, a watchdog thread shuts every socket given to `watch` once the limit
-    passes, so no connect, header or body read outlasts it, however a server drips or stalls.
+    passes or the rate falls below the floor, so no connect, header or body read outlasts it,
+    however a server drips or stalls.
     """
 
     def __init__(self, total: int | None = None) -> None:
         self.floor_s, self.min_rate = DEADLINE_FLOOR_S, MIN_RATE
+        self.rate_floor, self.window_s = RATE_FLOOR, RATE_WINDOW_S
         self.total, self.received = total, 0
         self.started = time.monotonic()
         self.expired = False
+        self.drip: float | None = None  # bytes per second, when the rate floor cut it
+        self._window: tuple[float, int] | None = None  # (start, bytes then) while requesting
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
         self._done = threading.Event()
@@ -95,10 +108,35 @@ class Deadline:
 
     def describe(self) -> str:
         """How the limit is made, for the error line."""
-        rate = (f"{self.min_rate / (1 << 10):g} KiB" if self.min_rate < 1 << 20
-                else f"{self.min_rate / (1 << 20):g} MiB")
-        return (f"deadline {self.limit_s():.0f} s: {self.floor_s:g} s plus 1 s per {rate} of "
-                f"the file")
+        if self.drip is not None:
+            return (f"{self.drip:.1f} bytes/s over {self.window_s:g} s, below the floor of "
+                    f"{_words(self.rate_floor)}/s")
+        return (f"deadline {self.limit_s():.0f} s: {self.floor_s:g} s plus 1 s per "
+                f"{_words(self.min_rate)} of the file")
+
+    @contextlib.contextmanager
+    def requesting(self) -> Iterator[None]:
+        """The block is a request under way: its rate is held to the floor (not so the waits
+        between attempts)."""
+        with self._lock:
+            self._window = (time.monotonic(), self.received)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._window = None
+
+    def _too_slow(self, now: float) -> bool:
+        """Whether the request under way brought fewer than `rate_floor` bytes per second over
+        the last full window (then `drip` is its rate); a new window starts after each."""
+        if self._window is None or now - self._window[0] < self.window_s:
+            return False
+        start, count = self._window
+        rate = (self.received - count) / (now - start)
+        self._window = (now, self.received)
+        if rate < self.rate_floor:
+            self.drip = rate
+        return self.drip is not None
 
     def watch(self, sock: socket.socket) -> socket.socket:
         """Register a socket of the download (shut at once if the deadline has passed)."""
@@ -109,13 +147,14 @@ class Deadline:
         return sock
 
     def _watchdog(self) -> None:
-        while not self._done.wait(max(self.remaining_s(), 0.0) + 0.01):
-            if self.remaining_s() <= 0:
-                with self._lock:
+        tick = self.window_s / 8
+        while not self._done.wait(max(min(self.remaining_s(), tick), 0.0) + 0.01):
+            with self._lock:
+                if self.remaining_s() <= 0 or self._too_slow(time.monotonic()):
                     self.expired = True
                     for sock in self._sockets:
                         _shut(sock)
-                return
+                    return
 
     def __enter__(self) -> "Deadline":
         self._thread.start()
@@ -124,6 +163,11 @@ class Deadline:
     def __exit__(self, *exc_info) -> None:
         self._done.set()
         self._thread.join()
+
+
+def _words(rate: int) -> str:
+    """A byte count in KiB or MiB for a message ("128 KiB")."""
+    return f"{rate / (1 << 10):g} KiB" if rate < 1 << 20 else f"{rate / (1 << 20):g} MiB"
 
 
 class _WatchedAdapter(HTTPAdapter):
@@ -254,7 +298,7 @@ def _append(url: str, session: requests.Session, dest: Path, size: int | None,
         if offset == size:
             return
         offset = 0
-    with _open_source(url, offset, session) as (chunks, start, total):
+    with deadline.requesting(), _open_source(url, offset, session) as (chunks, start, total):
         if total is not None and limit is not None and total > limit:
             raise _oversized(dest, url, size, limit, total)
         deadline.total = deadline.total or total
@@ -274,6 +318,7 @@ def _append(url: str, session: requests.Session, dest: Path, size: int | None,
                 if limit is not None and written + len(chunk) > limit:
                     raise _oversized(dest, url, size, limit, None)
                 out.write(chunk)
+                out.flush()  # each chunk reaches the file at once: a kill loses none of it
                 written += len(chunk)
                 deadline.received += len(chunk)
                 bar.update(len(chunk))
@@ -293,7 +338,7 @@ def _download(url: str, dest: Path, size: int | None, limit: int | None, retries
             try:
                 return _append(url, session, dest, size, limit, deadline)
             except Retryable as err:
-                if deadline.passed():
+                if deadline.passed():  # the deadline, or the rate floor
                     have = partial.stat().st_size if partial.exists() else 0
                     of = f" of {deadline.total:,}" if deadline.total is not None else ""
                     raise InputError(
@@ -312,13 +357,17 @@ def fetch(url: str, dest: str | os.PathLike, expected_md5: str | None = None,
           max_size: int | None = None) -> str:
     """Download `url` (`http(s)://`, `file://` or a path) to `dest`; return its md5.
 
-    A `dest` with `expected_md5` is kept as it is. The download goes to `dest.partial` (see
+    A `dest` with `expected_md5` is kept as it is. `dest` or its `.partial` that is a link
+    leading out of its folder, or no regular file, is an InputError (`resolve_inside`), and
+    nothing is written. The download goes to `dest.partial` (see
     `_download`): at most `expected_size` bytes, else `max_size`. It is renamed to `dest` only
     with `expected_size` and `expected_md5` (when given), else removed; every failure is an
     InputError naming `dest`.
     """
     dest = Path(dest)
     ensure_dir(dest.parent)
+    for name in (dest.name, partial_name(dest).name):  # never written through a link leading out
+        resolve_inside(dest.parent, name, str(dest))
     if expected_md5 is not None and dest.is_file():
         if verified(dest, expected_md5, expected_size):
             return expected_md5

@@ -199,3 +199,18 @@ def test_decompress_rejects_truncated_and_empty_bz2(tmp_path):
     with pytest.raises(InputError, match=r"empty.xml.bz2: empty file"):
         download.decompress_bz2(empty, tmp_path / "empty.xml")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cut.xml.bz2", "empty.xml.bz2"]
+
+
+@pytest.mark.parametrize("link", ["vocab.txt", "vocab.txt.partial"])
+def test_a_download_never_writes_through_a_link_leading_out_of_its_folder(server, tmp_path,
+                                                                          capsys, link):
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"not the download's\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / link).symlink_to(outside)
+    assert run_cli([f"--output_dir={out}", "--artifacts=vocab",
+                    f"--url=vocab.txt={server.url}/vocab.txt"]) == 1
+    assert capsys.readouterr().err == (f"error: {out / 'vocab.txt'}: '{link}' leads outside "
+                                       f"{out} (a link to {outside}); not read\n")
+    assert outside.read_bytes() == b"not the download's\n"

@@ -6,7 +6,12 @@ takes a few seconds. The name-lookup failure is injected into `socket.getaddrinf
 leaves the machine).
 """
 import http.server
+import os
+import re
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -17,6 +22,7 @@ from cleanup_scripts.artifacts import partial_name, r2, transfer
 from cleanup_scripts.fileio import InputError
 from tests.cleanup_scripts.range_server import loopback, send_ranged
 from tests.cleanup_scripts.test_download import run_cli
+from tests.conftest import REPO, run_module
 
 VOCAB = cleanup_scripts.VOCAB_FILE.read_bytes()  # 231,508 bytes, md5 in checksums/
 DRIP_S = 0.2  # one byte this often (the real case: one every 20 s; the deadline scales too)
@@ -139,6 +145,87 @@ def test_a_dripping_server_meets_the_deadline(server, short_deadline, tmp_path, 
         assert "resume" not in line and list(tmp_path.iterdir()) == []
     elif partial_name(tmp_path / "vocab.txt").exists():
         assert line.endswith("; run again to resume from vocab.txt.partial")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("path", ["/drip-body", "/drip-headers"])
+def test_a_drip_below_the_rate_floor_is_cut_long_before_the_deadline(server, tmp_path, capsys,
+                                                                     monkeypatch, path):
+    # The deadline grows with the file (37 h for the dump), so a server dripping a byte a second
+    # held the download that long; the floor of bytes per second cuts it after one window.
+    monkeypatch.setattr(transfer, "RATE_WINDOW_S", 1.0)
+    url = server.url + path
+    status, seconds = timed_cli(vocab_from(url, tmp_path, "--retries=3"))
+    assert status == 1
+    line = one_error_line(capsys)
+    assert line.startswith(f"error: {tmp_path / 'vocab.txt'}: download from {url} too slow: ")
+    assert re.search(r"\(\d+\.\d bytes/s over 1 s, below the floor of 16 KiB/s\)", line), line
+    assert seconds < 1 + 1.5, seconds  # not the 300 s deadline, nor DRIP_BYTES * DRIP_S
+    if path == "/drip-body":  # what came is kept to resume from
+        assert line.endswith("; run again to resume from vocab.txt.partial")
+        assert 0 < partial_name(tmp_path / "vocab.txt").stat().st_size < DRIP_BYTES
+
+
+class StallingServer:
+    """Loopback server of the vocabulary: a request from byte 0 gets the first HELD bytes and
+    then nothing until `release` is set; a Range request gets the rest (the offsets asked for
+    are in `ranges`)."""
+
+    HELD = 3000  # fewer than a write buffer holds: lost on a kill unless flushed
+
+    def __init__(self):
+        self.release, self.ranges = threading.Event(), []
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                server.ranges.append(self.headers.get("Range"))
+                if self.headers.get("Range"):
+                    send_ranged(self, VOCAB)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(VOCAB)))
+                self.end_headers()
+                self.wfile.write(VOCAB[:StallingServer.HELD])
+                self.wfile.flush()
+                server.release.wait(30)
+                self.close_connection = True
+
+        self.httpd, self.url, self.thread = loopback(Handler)
+
+
+@pytest.mark.timeout(90)
+def test_a_killed_download_keeps_every_byte_it_received_and_the_rerun_resumes(tmp_path):
+    stalling = StallingServer()
+    stalling.thread.start()
+    partial = partial_name(tmp_path / "vocab.txt")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cleanup_scripts.artifacts.download",
+         *vocab_from(stalling.url + "/vocab.txt", tmp_path)], env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not (partial.exists() and partial.stat().st_size == StallingServer.HELD):
+            assert time.monotonic() < deadline, "the bytes received never reached the file"
+            assert process.poll() is None
+            time.sleep(0.02)
+        process.send_signal(signal.SIGKILL)
+        assert process.wait(timeout=10) == -signal.SIGKILL
+        assert partial.read_bytes() == VOCAB[:StallingServer.HELD]
+        assert run_module("cleanup_scripts.artifacts.download",
+                          *vocab_from(stalling.url + "/vocab.txt", tmp_path)).returncode == 0
+        assert stalling.ranges == [None, f"bytes={StallingServer.HELD}-"]
+        assert (tmp_path / "vocab.txt").read_bytes() == VOCAB and not partial.exists()
+    finally:
+        if process.poll() is None:
+            process.kill()
+        stalling.release.set()
+        stalling.httpd.shutdown()
+        stalling.httpd.server_close()
 
 
 def test_the_default_deadline_is_generous_and_grows_with_the_size():

@@ -2,6 +2,7 @@
 import bz2
 import gzip
 import hashlib
+import io
 import multiprocessing
 import os
 import subprocess
@@ -295,14 +296,14 @@ def test_failure_in_a_worker_stops_all_workers_and_keeps_old_output(
     dump = tmp_path / "in" / "sample.xml"
     dump.parent.mkdir()
     dump.write_bytes(sample_xml)
-    decode = dump_chunks.chunk_text
+    decode = dump_chunks.chunk_lines
 
     def failing_decode(chunk):
         if chunk.index == 5:
             raise InputError("dump: simulated read failure")
         return decode(chunk)
 
-    monkeypatch.setattr(dump_chunks, "chunk_text", failing_decode)
+    monkeypatch.setattr(dump_chunks, "chunk_lines", failing_decode)
     with pytest.raises(InputError, match="simulated read failure"):
         extract.extract_dump(dump, out, processes=2, chunk_bytes=200000)
     assert multiprocessing.active_children() == []
@@ -324,3 +325,59 @@ def test_parse_size():
     for bad in ("0", "100K", "1X", "M", ""):
         with pytest.raises(InputError):
             extract.parse_size(bad)
+
+
+HUGE_PAGE_MB = 200
+
+
+def dump_with_a_huge_page(path: Path, megabytes: int) -> None:
+    """The magic-words dump with one more page of `megabytes` MiB of text, each MiB its own
+    stream (.bz2) or member (.gz) of the same compressed bytes (so it is quick to make; the
+    whole dump is small enough for one worker's chunk)."""
+    codec = bz2 if path.suffix == ".bz2" else gzip
+    header, pages, footer = dump_chunks.split_pages(bz2.decompress(MAGIC_WORDS_DUMP.read_bytes()))
+    start = (b"  <page>\n    <title>Huge page</title>\n    <ns>0</ns>\n    <id>99999</id>\n"
+             b"    <revision>\n      <id>1</id>\n      <text xml:space=\"preserve\">")
+    end = b"</text>\n    </revision>\n  </page>\n"
+    mebibyte = codec.compress((b"Lorem ipsum dolor sit amet. " * 36 + b"\n") * 1024)
+    with open(path, "wb") as out:
+        for part in (header, b"".join(pages), start):
+            out.write(codec.compress(part))
+        for _ in range(megabytes):
+            out.write(mebibyte)
+        out.write(codec.compress(end) + codec.compress(footer))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("suffix", [".xml.bz2", ".xml.gz"])
+def test_a_page_larger_than_any_real_one_is_refused_in_bounded_memory(tmp_path, suffix):
+    # Each chunk used to be decompressed whole: a 200 MB page took 2.2 GB and 75 s (bz2).
+    dump = tmp_path / f"huge{suffix}"
+    dump_with_a_huge_page(dump, HUGE_PAGE_MB)
+    measure = ("import resource, subprocess, sys\n"
+               "result = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+               "sys.stderr.write(result.stderr)\n"
+               "print(result.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    result = subprocess.run(
+        [sys.executable, "-c", measure, sys.executable, "-m", "cleanup_scripts.extract",
+         f"--input={dump}", f"--output_dir={tmp_path / 'text'}", "--processes=2"],
+        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    status, peak_kib = map(int, result.stdout.split())
+    assert status == 1
+    where = f"{dump}: bytes 0-{dump.stat().st_size}" if suffix == ".xml.bz2" else str(dump)
+    assert result.stderr == (f"error: {where}: page 'Huge page' holds more than "
+                             f"{dump_chunks.MAX_PAGE_CHARS:,} characters, more than any real "
+                             f"page (MediaWiki keeps at most 2 MiB of wikitext a page); "
+                             f"refused\n")
+    assert peak_kib < 160 << 10, f"peak RSS {peak_kib >> 10} MiB"  # measured: about 40 MiB
+    assert sorted(path.name for path in tmp_path.iterdir()) == [dump.name]
+
+
+def test_page_lines_hold_a_page_to_the_bound_and_never_read_a_longer_line_whole(monkeypatch):
+    monkeypatch.setattr(dump_chunks, "MAX_PAGE_CHARS", 100)
+    fits = "<page>\n<title>A</title>\n" + "x" * 70 + "\n"
+    assert "".join(dump_chunks.page_lines(io.StringIO(fits * 3), "dump")) == fits * 3
+    stream = io.StringIO("<page>\n<title>Long</title>\n" + "y" * 10_000 + "\n")
+    with pytest.raises(InputError, match=r"^dump: page 'Long' holds more than 100 characters"):
+        list(dump_chunks.page_lines(stream, "dump"))
+    assert stream.tell() < 200  # the long line was not read whole

@@ -58,17 +58,17 @@ def test_marker_holds_the_key_and_each_output_with_its_size(tmp_path):
         path.write_bytes(b"x" * index)
     marker = tmp_path / "extract"
     write_marker(marker, "5387f27dfc6f1c9dd3d32b5263666ee2", tmp_path, outputs)
-    assert read_marker(marker) == ("5387f27dfc6f1c9dd3d32b5263666ee2",
+    assert read_marker(marker, tmp_path) == ("5387f27dfc6f1c9dd3d32b5263666ee2",
                                    {"text/wiki_00": 0, "manifest.tsv": 1})
     marker.write_text("5387f27dfc6f1c9dd3d32b5263666ee2")  # a key alone: no outputs listed
-    assert read_marker(marker) == ("5387f27dfc6f1c9dd3d32b5263666ee2", {})
+    assert read_marker(marker, tmp_path) == ("5387f27dfc6f1c9dd3d32b5263666ee2", {})
 
 
 def test_marker_with_a_malformed_line_counts_as_never_written(tmp_path, caplog):
     marker = tmp_path / "clean"
     marker.write_text("5387f27dfc6f1c9dd3d32b5263666ee2\ntext/AA/wiki_00\tmany\n")
     with caplog.at_level(logging.WARNING):
-        assert read_marker(marker) is None
+        assert read_marker(marker, tmp_path) is None
     assert [record.getMessage() for record in caplog.records] == [
         f"{marker}: damaged state file (not a stage record); removed: it counts as never "
         f"written, so its work is redone"]
@@ -123,3 +123,28 @@ def test_a_manifest_is_read_bounded_and_one_line_when_it_cannot_be(tmp_path, mon
     os.mkfifo(manifest)  # never opened: nothing blocks
     with pytest.raises(InputError, match=r"manifest.tsv: is a FIFO, not a regular file"):
         state_files.read_manifest_rows(manifest)
+
+
+@pytest.mark.parametrize("listed, reason", [
+    ("../victim.txt", "is not a plain relative path"),
+    ("{victim}", "is an absolute path"),
+    ("text/out/victim.txt", "leads outside {root} (a link to {victim})"),
+    ("text/fifo", "is a FIFO, not a regular file"),
+])
+def test_marker_naming_a_path_outside_its_tree_is_one_line_naming_the_record(tmp_path, listed,
+                                                                             reason):
+    root, victim = tmp_path / "out", tmp_path / "victim.txt"
+    victim.write_text("not ours\n")
+    (root / "text").mkdir(parents=True)
+    (root / "text" / "out").symlink_to(tmp_path)
+    os.mkfifo(root / "text" / "fifo")
+    marker = root / "clean"
+    marker.write_text(f"5387f27dfc6f1c9dd3d32b5263666ee2\ntext/AA/wiki_00\t3\n"
+                      f"{listed.format(victim=victim)}\t3\n")
+    with pytest.raises(InputError) as raised:
+        read_marker(marker, root)
+    assert str(raised.value).startswith(
+        f"{marker}:3: '{listed.format(victim=victim)}' "
+        f"{reason.format(root=root, victim=victim)}")
+    assert str(raised.value).endswith("; not read")
+    assert marker.exists() and victim.read_text() == "not ours\n"

@@ -320,6 +320,42 @@ def test_damaged_state_file_is_redone_with_a_warning(first_run, tmp_path):
     assert summarised_stages(again.stderr) == set()
 
 
+@pytest.mark.parametrize("listed", ["../victim.txt", "{victim}"])
+def test_state_record_naming_a_file_outside_the_output_deletes_nothing(first_run, tmp_path,
+                                                                       listed):
+    # A finished stage's record whose output "changed" used to be unlinked by the next run,
+    # wherever it pointed: an output folder someone shared could delete the user's files.
+    output, victim = tmp_path / "dataset", tmp_path / "victim.txt"
+    shutil.copytree(first_run, output)
+    victim.write_text("not preprocess's\n")
+    listed = listed.format(victim=victim)
+    marker = output / ".state" / "clean"
+    lines = marker.read_text().splitlines()
+    marker.write_text("\n".join(lines + [f"{listed}\t1"]) + "\n")  # another size: "changed"
+    before = tree_state(output)
+    result = preprocess(output, "--nworker=2", check=False)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1].startswith(
+        f"error: {marker}:{len(lines) + 1}: '{listed}' is ")
+    assert "Traceback" not in result.stderr and result.stderr.count("error:") == 1
+    assert victim.read_text() == "not preprocess's\n"
+    lock = ".state/lock"  # holds the pid of its last holder
+    assert {**tree_state(output), lock: None} == {**before, lock: None}
+
+
+def test_manifest_never_hashes_a_file_a_link_in_the_output_leads_to(first_run, tmp_path):
+    output, secret = tmp_path / "dataset", tmp_path / "secret"
+    shutil.copytree(first_run, output)
+    secret.write_text("not preprocess's\n")
+    (output / "results" / "notes").symlink_to(secret)
+    (output / ".state" / "manifest").unlink()  # the manifest stage runs again
+    result = preprocess(output, "--nworker=2", check=False)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (f"error: {output}: 'results/notes' leads outside "
+                                              f"{output} (a link to {secret}); not read")
+    assert not (output / "manifest.tsv").exists() and md5_of(secret) not in result.stderr
+
+
 # ---- flags are checked before the first stage ---------------------------------------------------
 
 @pytest.mark.parametrize("flag, problem", [

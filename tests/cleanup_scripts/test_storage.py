@@ -314,12 +314,12 @@ def add_manifest_line(dataset: Path, relative: str, payload: bytes) -> int:
 
 
 @pytest.mark.parametrize("listed, reason", [
-    ("{outside}", "is outside {dataset} (an absolute path)"),
-    ("../outside.txt", "is not a plain relative path under {dataset} (a '..', '.' or empty "
-                       "component)"),
-    ("results/../../outside.txt", "is not a plain relative path under {dataset}"),
-    ("results/escape", "is outside {dataset} (a symlink to {outside})"),
-    ("linked/outside.txt", "is outside {dataset} (a symlink to {outside})"),
+    ("{outside}", "is an absolute path; not read"),
+    ("../outside.txt", "is not a plain relative path (a '..', '.' or empty component, or a "
+                       "control character); not read"),
+    ("results/../../outside.txt", "is not a plain relative path"),
+    ("results/escape", "leads outside {dataset} (a link to {outside}); not read"),
+    ("linked/outside.txt", "leads outside {dataset} (a link to {outside}); not read"),
 ])
 def test_upload_refuses_manifest_paths_outside_the_source_dir(dataset, bucket, listed, reason):
     payload = b"not part of the dataset\n"
@@ -348,7 +348,9 @@ def test_upload_follows_symlinks_only_inside_the_source_dir(tmp_path, bucket):
     url = f"gs://{bucket}/tree"
     run_module("cleanup_scripts.artifacts.upload", f"--bucket={url}", f"--source_dir={source}")
     md5 = hashlib.md5(b"a\n").hexdigest()
-    assert bucket_md5s(url) == {"data/a.txt": md5, "alias.txt": md5}
+    sent = bucket_md5s(url)
+    assert sent.pop("manifest.tsv")  # the commit record upload writes for a tree without one
+    assert sent == {"data/a.txt": md5, "alias.txt": md5}
 
     (tmp_path / "secret").write_bytes(b"secret\n")
     (source / "data" / "z.txt").write_bytes(b"z\n")
@@ -356,9 +358,10 @@ def test_upload_follows_symlinks_only_inside_the_source_dir(tmp_path, bucket):
     result = run_module("cleanup_scripts.artifacts.upload", f"--bucket={url}",
                         f"--source_dir={source}", check=False)
     assert result.returncode == 1
-    assert result.stderr == (f"error: {source / 'data' / 'secret'}: 'data/secret' is outside "
-                             f"{source} (a symlink to {tmp_path / 'secret'})\n")
-    assert bucket_md5s(url) == {"data/a.txt": md5, "alias.txt": md5}  # z.txt not sent either
+    assert result.stderr == (f"error: {source / 'data' / 'secret'}: 'data/secret' leads outside "
+                             f"{source} (a link to {tmp_path / 'secret'}); not read\n")
+    held = bucket_md5s(url)
+    assert held.pop("manifest.tsv") and held == sent  # z.txt not sent either
 
 
 def test_upload_does_not_skip_a_file_that_changed_after_it_was_uploaded(dataset, bucket):
@@ -438,16 +441,28 @@ def test_a_killed_upload_redoes_only_the_file_in_flight(tmp_path, bucket):
     assert "a.bin" in held and len(held) < 3, held  # the kill came before the end
 
     result = run_module(*args)
-    assert (f"upload: 3 files to {url}: {3 - len(held)} transferred, {len(held)} already there "
-            f"with the right md5") in result.stdout
-    assert bucket_md5s(url) == {name: md5_of(source / name) for name in ("a.bin", "b.bin", "c.txt")}
+    assert (f"upload: 4 files to {url}: {4 - len(held)} transferred, {len(held)} already there "
+            f"with the right md5") in result.stdout  # the three, and the manifest it writes
+    sent = bucket_md5s(url)
+    assert sent.pop("manifest.tsv")
+    assert sent == {name: md5_of(source / name) for name in ("a.bin", "b.bin", "c.txt")}
     assert not (source / ".state").exists()  # no upload sessions kept on disk
+
+
+def put_copy(bucket: str, prefix: str, objects: dict[str, bytes]) -> None:
+    """`objects` under gs://bucket/prefix, with the manifest.tsv an upload sends last."""
+    client = storage.make_client()
+    rows = ["path\tbytes\tmd5"]
+    for relative, payload in objects.items():
+        client.bucket(bucket).blob(f"{prefix}/{relative}").upload_from_string(payload)
+        rows.append(f"{relative}\t{len(payload)}\t{hashlib.md5(payload).hexdigest()}")
+    client.bucket(bucket).blob(f"{prefix}/manifest.tsv").upload_from_string(
+        "\n".join(rows) + "\n")
 
 
 def test_killed_download_resumes_its_partial_file(tmp_path, bucket):
     payload = os.urandom(BIG)
-    client = storage.make_client()
-    client.bucket(bucket).blob("big/tfrecords/part-00000").upload_from_string(payload)
+    put_copy(bucket, "big", {"tfrecords/part-00000": payload})
     dest = tmp_path / "copy"
     partial = dest / "tfrecords" / "part-00000.partial"
     args = ["cleanup_scripts.artifacts.storage", "download", f"gs://{bucket}/big", str(dest),
@@ -463,17 +478,16 @@ def test_killed_download_resumes_its_partial_file(tmp_path, bucket):
     assert md5_of(dest / "tfrecords" / "part-00000") == hashlib.md5(payload).hexdigest()
     assert not partial.exists()
     again = run_module(*args)
-    assert "0 transferred, 1 already there with the right md5" in again.stdout
+    assert "0 transferred, 2 already there with the right md5" in again.stdout
 
 
 def test_download_restarts_a_partial_file_that_does_not_match(tmp_path, bucket):
     payload = os.urandom(1 << 20)
-    client = storage.make_client()
-    client.bucket(bucket).blob("d/blob.bin").upload_from_string(payload)
+    put_copy(bucket, "d", {"blob.bin": payload})
     partial = tmp_path / "blob.bin.partial"
     partial.write_bytes(b"\0" * 1000)  # not the object's first bytes
     transfers = storage.download_prefix(f"gs://{bucket}/d", tmp_path, nworker=2)
-    assert [t.action for t in transfers] == ["downloaded"]
+    assert [t.action for t in transfers] == ["downloaded", "downloaded"]
     assert (tmp_path / "blob.bin").read_bytes() == payload
 
 
@@ -668,9 +682,13 @@ def test_a_killed_upload_leaves_no_manifest_and_the_rerun_commits_it(tmp_path, b
     assert "manifest.tsv" not in held, held
 
     copy = tmp_path / "copy"
-    result = run_module("cleanup_scripts.artifacts.storage", "download", url, str(copy))
-    assert f"note: {url} holds no manifest.tsv, so whether it is complete cannot be checked" \
-        in result.stderr
+    result = run_module("cleanup_scripts.artifacts.storage", "download", url, str(copy),
+                        check=False)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (f"error: {url}: holds no manifest.tsv, which an upload sends last: "
+                             f"an upload that did not finish (run it again), or not a copy made "
+                             f"by cleanup_scripts.artifacts.upload; nothing downloaded\n")
+    assert not copy.exists()
 
     run_module(*args)
     assert bucket_md5s(url)["manifest.tsv"] == md5_of(source / "manifest.tsv")
@@ -740,8 +758,9 @@ def test_a_hostile_bucket_manifest_is_one_escaped_line(dataset, bucket, tmp_path
     result = run_module("cleanup_scripts.artifacts.storage", "download", url,
                         str(tmp_path / "copy"), check=False)
     assert result.returncode == 1
-    assert result.stderr == (f"error: {url}/manifest.tsv:2: '../../etc/x\\x1b[2J' is not a safe "
-                             f"relative path\n")
+    assert result.stderr == (f"error: {url}/manifest.tsv:2: '../../etc/x\\x1b[2J' is not a plain "
+                             f"relative path (a '..', '.' or empty component, or a control "
+                             f"character); not read\n")
 
 
 @pytest.mark.timeout(60)
@@ -793,3 +812,19 @@ def test_a_chunk_size_that_is_no_size_is_one_line(megabytes):
 def test_chunk_sizes_round_up_to_the_unit_gcs_requires():
     assert storage.chunk_size_bytes(0.001) == 256 << 10
     assert storage.chunk_size_bytes(16) == 16 << 20
+
+
+def test_download_never_writes_through_a_link_leading_out_of_its_folder(tmp_path, bucket):
+    put_copy(bucket, "d", {"tfrecords/part-00000": b"records\n"})
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / "tfrecords").symlink_to(outside)
+    result = run_module("cleanup_scripts.artifacts.storage", "download", f"gs://{bucket}/d",
+                        str(copy), check=False)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (f"error: gs://{bucket}/d/manifest.tsv:2: 'tfrecords/part-00000' "
+                             f"leads outside {copy} (a link to {outside / 'part-00000'}); "
+                             f"not read\n")
+    assert list(outside.iterdir()) == []

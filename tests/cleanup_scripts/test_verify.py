@@ -1,6 +1,8 @@
 """verify: ok / differs / missing per known artifact, and the eval-hash match count."""
 import hashlib
+import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -9,6 +11,7 @@ from benchmark.errors import exit_on_user_error
 import cleanup_scripts
 from cleanup_scripts import checksums
 from cleanup_scripts.artifacts import verify, verify_dir
+from tests.conftest import run_module
 
 OFFICIAL_EVAL_MD5 = checksums.CHECKSUMS_DIR / checksums.EVAL_ARTICLES_FILE
 
@@ -111,3 +114,74 @@ def test_missing_directory_is_a_one_line_error(tmp_path, capsys):
         exit_on_user_error(lambda: verify.main([str(tmp_path / "absent")]))
     assert exit_info.value.code == 1
     assert capsys.readouterr().err.strip().endswith("absent: not a directory")
+
+
+def preprocess_output(root: Path, rows: list[str]) -> Path:
+    """A folder `make verify` takes for a preprocess output: .state/, text/a (listed first in
+    its manifest.tsv), then `rows` (path, 1 byte, an md5); its manifest."""
+    (root / ".state").mkdir(parents=True)
+    (root / "text").mkdir()
+    (root / "text" / "a").write_bytes(b"a")
+    manifest = root / "manifest.tsv"
+    manifest.write_text("path\tbytes\tmd5\n" + "".join(
+        f"{row}\t1\t{hashlib.md5(b'a').hexdigest()}\n" for row in ["text/a"] + rows))
+    return manifest
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("row, reason", [
+    ("../../../../../../../../../..{secret}", "is not a plain relative path"),
+    ("{secret}", "is an absolute path"),
+    ("/dev/zero", "is an absolute path"),
+    ("text/zero", "leads outside {root} (a link to /dev/zero)"),
+    ("text/secret", "leads outside {root} (a link to {secret})"),
+    ("text/fifo", "is a FIFO, not a regular file"),
+])
+def test_verify_refuses_a_manifest_row_leading_out_and_reads_nothing(tmp_path, row, reason):
+    # `verify --rehash` used to hash /etc/hostname for such a row and print its md5, and to
+    # read /dev/zero for ever.
+    secret = tmp_path / "secret"
+    secret.write_text("root:$6$not-for-printing\n")
+    root = tmp_path / "out"
+    row = row.format(secret=secret)
+    manifest = preprocess_output(root, [row])
+    (root / "text" / "zero").symlink_to("/dev/zero")
+    (root / "text" / "secret").symlink_to(secret)
+    os.mkfifo(root / "text" / "fifo")
+    result = run_module("cleanup_scripts.verify", str(root), "--rehash", check=False)
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"error: {manifest}:3: '{row}' "
+                                    f"{reason.format(root=root, secret=secret)}")
+    assert result.stderr.count("\n") == 1 and result.stderr.endswith("; not read\n")
+    assert hashlib.md5(secret.read_bytes()).hexdigest() not in result.stdout + result.stderr
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("preprocessed", [False, True])
+def test_verify_never_follows_a_link_out_of_the_tree_nor_quotes_what_it_leads_to(
+        tmp_path, preprocessed):
+    # OUT/results/eval.md5 -> /etc/shadow: its first line used to be printed in the error.
+    secret = tmp_path / "shadow"
+    secret.write_text("root:$6$not-for-printing\n")
+    root = tmp_path / "out"
+    if preprocessed:
+        preprocess_output(root, [])
+    (root / "results").mkdir(parents=True)
+    (root / "results" / "eval.md5").symlink_to(secret)
+    result = run_module("cleanup_scripts.verify", str(root), check=False)
+    assert result.returncode == 1
+    assert result.stderr == (f"error: {root}: 'results/eval.md5' leads outside {root} (a link "
+                             f"to {secret}); not read\n")
+    assert "not-for-printing" not in result.stdout + result.stderr
+
+
+@pytest.mark.timeout(60)
+def test_verify_names_a_manifest_that_is_a_fifo(tmp_path):
+    root = tmp_path / "out"
+    manifest = preprocess_output(root, [])
+    manifest.unlink()
+    os.mkfifo(manifest)  # opened for reading, it would wait for a writer for ever
+    result = run_module("cleanup_scripts.verify", str(root), check=False)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (f"error: {root}: 'manifest.tsv' is a FIFO, not a regular file; "
+                             f"not read\n")
