@@ -4,7 +4,10 @@ A round's checker is the `mlperf_logging` of that round's git tag in mlcommons/l
 (`benchmark.rulesets.Ruleset.checker_tag`). `round_verdicts` takes the tag's package out of a
 local clone of that repository (git archive, once, into a cache folder) and runs its compliance
 checker on many logs in one separate Python process (`benchmark.round_worker`), so the
-installed `mlperf_logging` 4.x and the round's never meet in one interpreter.
+installed `mlperf_logging` 4.x and the round's never meet in one interpreter. The worker is
+read as untrusted: both its pipes are drained as they come (of stderr only a tail is kept),
+each stdout line must be the verdict of the log it was given, and a tag or cached copy holding
+a link out of its tree is not run; anything else is one line naming the round and the log.
 
 The round's engine, like the installed one, turns a log's submission_division and
 submission_benchmark into YAML paths and runs the code in that YAML; callers pass only logs
