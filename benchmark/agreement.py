@@ -29,11 +29,11 @@ from typing import Sequence
 from tqdm import tqdm
 
 from benchmark import summary
-from benchmark.errors import UserError
+from benchmark.errors import UserError, printable
 from benchmark.log_check import LogReport
 from benchmark.official import untrusted_values
 from benchmark.problems import ERROR
-from benchmark.round_checker import RoundVerdict, round_verdicts
+from benchmark.round_checker import RoundVerdict, cache_folder, round_verdicts
 from benchmark.rules import BEYOND_OFFICIAL
 from benchmark.rulesets import RULESETS
 from benchmark.submission import OLYMPIC_NOTE, ResultFolder, check_result_folder
@@ -212,10 +212,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Print the agreement table of the rounds given; 1 if any log disagrees."""
     rounds, args = _parse(argv)
     try:
+        if args.logging_repo is not None:
+            cache_folder(args.cache_dir)
         results = [agree(name, folder, args.logging_repo, args.cache_dir, sys.stderr.isatty())
                    for name, folder in rounds]
     except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {printable(exc)}", file=sys.stderr)
         return 2
     print(markdown(results))
     for result in results:

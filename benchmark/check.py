@@ -9,7 +9,8 @@
 Prints one line per error, `file:line: rule: message [source]` (line 0: the whole file), the
 warnings grouped by rule (a count and the first few; --verbose lists all), a table of the
 runs with the olympic score, and one verdict line naming the ruleset used (`--ruleset`, else
-the round a `training_results_vX.Y` path names, else the one the logs' keys point to).
+for each log the round its innermost `training_results_vX.Y` folder names, else the one its
+`:::MLLOG` records point to; a result folder or a tree is checked under its first log's).
 With --format json everything is one JSON object on stdout; with csv or markdown the table goes
 to stdout and the problem lines to stderr. Text from the input (file names, log values) is
 printed escaped (`benchmark.problems.printable`) in every format, and output never fails on
@@ -23,9 +24,8 @@ import contextlib
 import json
 import math
 import os
-import re
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence, TextIO
@@ -33,10 +33,10 @@ from typing import Iterator, Sequence, TextIO
 from tqdm import tqdm
 
 from benchmark.errors import UserError
-from benchmark.files import open_regular, walk_files
+from benchmark.files import walk_files
 from benchmark.log_check import LogReport, check_log
 from benchmark.official import PackageOutcome, RcpOutcome, available_rulesets
-from benchmark.rulesets import (DEFAULT_RULESET, LAST_BERT_ROUND, RULESETS,
+from benchmark.rulesets import (DEFAULT_RULESET, GIVEN, LAST_BERT_ROUND, NOT_GIVEN, RULESETS,
                                ruleset as ruleset_facts)
 from benchmark.mllog_parse import ReadBudget
 from benchmark.problems import ERROR, Problem, count_errors, printable, sort_key
@@ -50,8 +50,6 @@ EXIT_OK, EXIT_ERRORS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 EXIT_CODES = ("exit status: 0 no errors (warnings allowed); 1 errors found; 2 the command could "
               "not run (bad arguments, --plot impossible); 3 an internal error of the checker")
 WARNINGS_SHOWN = 3  # per rule, without --verbose
-ROUND_IN_PATH = re.compile(r"training_results_v(\d+)\.(\d+)")
-SNIFF_BYTES = 4 << 20  # of the first log, read to guess its round
 MAX_TREE_DEPTH = 8  # folders below a given path searched for logs (<org>/results/<s>/bert: 3)
 
 
@@ -79,9 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ruleset", default=None, metavar="X.Y.Z",
                         help=f"the round's ruleset: {', '.join(RULESETS)} (BERT left MLPerf "
                              f"Training after {LAST_BERT_ROUND}). Default: the round of a "
-                             f"training_results_vX.Y path, else {LAST_BERT_ROUND} for logs "
+                             f"training_results_vX.Y folder, else {LAST_BERT_ROUND} for logs "
                              f"that name opt_lamb_epsilon (rulesets 3.0.0 on), else "
-                             f"{DEFAULT_RULESET}; the verdict line names the one used")
+                             f"{DEFAULT_RULESET}, for each log (a result folder or tree: for its "
+                             f"first log); the verdict line names the ones used")
     parser.add_argument("--format", default="text", choices=FORMATS,
                         help="output format of the results (default text)")
     parser.add_argument("--plot", metavar="OUT.png",
@@ -139,40 +138,24 @@ def _logs_under(folder: Path) -> Iterator[Path]:
             if RESULT_NAME.fullmatch(path.name))
 
 
-def _first_log(paths: Sequence[str]) -> Path | None:
-    """The first result log the paths name (a file, or a result_*.txt under a folder)."""
-    for raw in paths:
-        path = Path(raw)
-        if path.is_file():
-            return path
-        if path.is_dir():
-            return min(_logs_under(path), default=None)
-    return None
-
-
-def choose_ruleset(given: str | None, paths: Sequence[str]) -> tuple[str, str]:
-    """(ruleset, why) for a check of `paths`: `given`, else the round a training_results_vX.Y
-    path names, else LAST_BERT_ROUND when the first log names opt_lamb_epsilon (a key of
-    rulesets 3.0.0 and later), else DEFAULT_RULESET."""
+def ruleset_line(given: str | None, reports: Sequence[LogReport]) -> tuple[str, str]:
+    """(ruleset, why) for the verdict line: `given`; else the one every log was checked under
+    and why (`benchmark.rulesets.detect`); else, logs of several rounds, each ruleset with
+    its count of logs."""
     if given:
-        return given, "given"
-    for raw in paths:
-        match = ROUND_IN_PATH.search(str(Path(raw).resolve()))
-        round_name = f"{match[1]}.{match[2]}" if match else ""
-        if f"{round_name}.0" in RULESETS:
-            return f"{round_name}.0", f"from the path (training_results_v{round_name})"
-    first = _first_log(paths)
-    if first is not None:
-        try:
-            with open_regular(first, 1 << 62) as stream:
-                head = stream.read(SNIFF_BYTES)
-        except (OSError, UserError):
-            head = b""
-        if b'"opt_lamb_epsilon"' in head:
-            return LAST_BERT_ROUND, ("assumed: the logs name opt_lamb_epsilon, a key of "
-                                     f"rulesets 3.0.0-{LAST_BERT_ROUND}; give --ruleset for "
-                                     "another round")
-    return DEFAULT_RULESET, "assumed: no --ruleset given; give --ruleset for another round"
+        return given, GIVEN
+    chosen = Counter((r.ruleset, r.ruleset_why) for r in reports)
+    if not chosen:
+        return DEFAULT_RULESET, NOT_GIVEN
+    if len(chosen) == 1:
+        return next(iter(chosen))
+    counts = Counter(r.ruleset for r in reports)
+    if len(counts) == 1:
+        return next(iter(counts)), "from the path of some logs, the records of the others"
+    return "per log", ", ".join(f"{version} for {count} log(s)"
+                                for version, count in sorted(counts.items())) + \
+        ", each from its path or records (a result folder or tree: its first log's); give " \
+        "--ruleset for one"
 
 
 def _count_logs(paths: Sequence[str], submissions: Sequence[str]) -> int:
@@ -187,17 +170,19 @@ def _count_logs(paths: Sequence[str], submissions: Sequence[str]) -> int:
     return total
 
 
-def run_checks(paths: Sequence[str], submissions: Sequence[str], ruleset: str,
+def run_checks(paths: Sequence[str], submissions: Sequence[str], ruleset: str | None,
                official: bool) -> Verdict:
     """Check every path (log, result folder or submission tree) and submission tree, with a
-    progress bar on stderr when it is a terminal and there are many logs."""
+    progress bar on stderr when it is a terminal and there are many logs. ruleset: the one
+    of every log, or None: each log, result folder or tree under its own
+    (`benchmark.rulesets.detect`); the verdict's ruleset line says which."""
     total = _count_logs(paths, submissions)
     with tqdm(total=total, unit="log", file=sys.stderr, desc="check",
               disable=total < PROGRESS_FROM or not sys.stderr.isatty()) as bar:
         return _run_checks(paths, submissions, ruleset, official, lambda: bar.update(1))
 
 
-def _run_checks(paths: Sequence[str], submissions: Sequence[str], ruleset: str,
+def _run_checks(paths: Sequence[str], submissions: Sequence[str], ruleset: str | None,
                 official: bool, tick) -> Verdict:
     verdict = Verdict()
     budget = ReadBudget()  # the logs of this check together
@@ -210,7 +195,7 @@ def _run_checks(paths: Sequence[str], submissions: Sequence[str], ruleset: str,
             folder = check_result_folder(raw, ruleset, official, tick, budget=budget)
             verdict.problems += folder.all_problems()
             verdict.groups.append(Group(raw, folder.logs, folder.scored, folder.rcp,
-                                        ruleset=ruleset))
+                                        ruleset=folder.ruleset))
         elif path.is_dir():
             verdict.problems.append(Problem(raw, 0, "input/path",
                                             "a folder with neither result_*.txt files nor a "
@@ -222,16 +207,19 @@ def _run_checks(paths: Sequence[str], submissions: Sequence[str], ruleset: str,
             verdict.problems += report.problems
     if loose:
         label = loose[0].path if len(loose) == 1 else f"{len(loose)} logs"
-        verdict.groups.insert(0, Group(label, loose, [True] * len(loose), ruleset=ruleset))
+        verdict.groups.insert(0, Group(label, loose, [True] * len(loose),
+                                       ruleset=loose[0].ruleset))
     for org in submissions:
         report = check_submission(org, ruleset, official, tick, budget)
         verdict.problems += report.all_problems()
         for i, folder in enumerate(report.folders):
             verdict.groups.append(Group(folder.folder, folder.logs, folder.scored, folder.rcp,
-                                        report.package if i == 0 else None, ruleset))
+                                        report.package if i == 0 else None, report.ruleset))
         if not report.folders and report.package is not None:
-            verdict.groups.append(Group(org, [], [], None, report.package, ruleset))
+            verdict.groups.append(Group(org, [], [], None, report.package, report.ruleset))
     verdict.problems = sorted(set(verdict.problems), key=sort_key)
+    verdict.ruleset, verdict.ruleset_note = ruleset_line(
+        ruleset, [log for group in verdict.groups for log in group.reports])
     return verdict
 
 
@@ -402,12 +390,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.paths and not args.submission:
             raise UsageError("give a log, a result folder or --submission ORG_DIR "
                              "(make check LOG=path or SUBMISSION=submissions/<org>)")
-        ruleset, note = choose_ruleset(args.ruleset, [*args.paths, *args.submission])
+        ruleset = args.ruleset
         try:
-            ruleset_facts(ruleset)
+            ruleset_facts(ruleset or DEFAULT_RULESET)
         except KeyError as exc:
             raise UsageError(exc.args[0]) from None
-        if args.official and ruleset not in available_rulesets():
+        if args.official and ruleset and ruleset not in available_rulesets():
             raise UsageError(f"the installed mlperf_logging has no BERT rules for {ruleset}; "
                              f"it has {', '.join(available_rulesets())}")
         if args.plot:
@@ -427,7 +415,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"check: {printable(exc)}", file=sys.stderr)
         return EXIT_USAGE
     verdict = run_checks(args.paths, args.submission, ruleset, args.official)
-    verdict.ruleset, verdict.ruleset_note = ruleset, note
     emit(verdict, args.format, verbose=args.verbose)
     if args.plot:
         try:

@@ -11,7 +11,7 @@ from benchmark import log_keys as k
 from benchmark.log_view import MAX_RUN_MINUTES, PLAUSIBLE_TIME_MS
 from benchmark.mllog_parse import LogReadError, ParsedLog, ReadBudget, parse_log
 from benchmark.official import ComplianceOutcome, run_compliance
-from benchmark.rulesets import DEFAULT_RULESET
+from benchmark.rulesets import DEFAULT_RULESET, GIVEN, detect
 from benchmark.problems import Problem, count_errors, sort_key
 from benchmark.rules import NOT_LOGGED, run_rules
 
@@ -24,11 +24,15 @@ class LogReport:
     view: what the log says about the run (None if the file could not be read).
     official: the official compliance checker's outcome (None if not run).
     problems: everything found, sorted by line.
+    ruleset, ruleset_why: the ruleset it was checked under and why that one
+        (`benchmark.rulesets.detect`; "given").
     """
     path: str
     view: LogView | None = None
     official: ComplianceOutcome | None = None
     problems: list[Problem] = field(default_factory=list)
+    ruleset: str = DEFAULT_RULESET
+    ruleset_why: str = GIVEN
 
     @property
     def errors(self) -> int:
@@ -91,20 +95,28 @@ def check_parsed(parsed: ParsedLog, ruleset: str = DEFAULT_RULESET,
         outcome = run_compliance(parsed, ruleset)
         problems = _drop_official_duplicates(problems, outcome.problems) + outcome.problems
     unique = sorted(set(problems), key=sort_key)
-    return LogReport(parsed.path, view, outcome, unique)
+    return LogReport(parsed.path, view, outcome, unique, ruleset)
 
 
-def check_log(path: str, ruleset: str = DEFAULT_RULESET, official: bool = True,
-              budget: ReadBudget | None = None) -> LogReport:
+def check_log(path: str, ruleset: str | None = DEFAULT_RULESET, official: bool = True,
+              budget: ReadBudget | None = None, why: str = GIVEN) -> LogReport:
     """Check the log at `path` (see `check_parsed`); never raises. budget: what the logs of
-    this check may still hold together (`benchmark.mllog_parse.ReadBudget`)."""
+    this check may still hold together (`benchmark.mllog_parse.ReadBudget`).
+    ruleset: the one to check it under (`why`: the reason shown), or None for the one its
+    path or its records point to (`benchmark.rulesets.detect`)."""
     try:
         parsed = parse_log(path, budget)
     except LogReadError as exc:
-        return LogReport(path, problems=[Problem(path, 0, "log/read", f"cannot read: {exc}")])
+        ruleset, why = (ruleset, why) if ruleset else detect(path, None)
+        return LogReport(path, problems=[Problem(path, 0, "log/read", f"cannot read: {exc}")],
+                         ruleset=ruleset, ruleset_why=why)
+    if not ruleset:
+        ruleset, why = detect(path, (record.key for record in parsed.records))
     try:
-        return check_parsed(parsed, ruleset, official)
+        report = check_parsed(parsed, ruleset, official)
     except Exception as exc:  # noqa: BLE001 - one odd log must not stop the others
-        return LogReport(path, problems=[Problem(
+        report = LogReport(path, problems=[Problem(
             path, 0, "internal/crash",
             f"the checker failed on this log ({type(exc).__name__}: {exc}); please report it")])
+    report.ruleset, report.ruleset_why = ruleset, why
+    return report

@@ -7,7 +7,7 @@
 `import mlperf_logging` finds that round's code, not the installed one. Each input line is
 a JSON string, the path of a log; each output line is {"path", "passed", "messages"}: the
 checker's verdict and its error messages (warnings left out). Nothing but those lines goes
-to stdout: the checker's own printing is captured. This module imports nothing of the
+to stdout: the checker's own printing goes to stderr. This module imports nothing of the
 project, so the installed mlperf_logging is never loaded beside the round's.
 """
 from __future__ import annotations
@@ -17,6 +17,7 @@ import inspect
 import io
 import json
 import logging
+import os
 import sys
 
 USAGE = "training"
@@ -53,7 +54,10 @@ def main(argv: list[str]) -> int:
     """Read log paths from stdin, write one verdict per line to stdout."""
     ruleset = argv[1]
     logging.disable(logging.CRITICAL)
-    out = sys.stdout
+    # The verdicts get a descriptor of their own; whatever the checker prints, at import or
+    # through file descriptor 1, goes to stderr.
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     for line in sys.stdin:
         if line.strip():
             out.write(json.dumps(verdict(json.loads(line), ruleset)) + "\n")

@@ -6,11 +6,14 @@ official ruleset YAML (the name of the LAMB epsilon key, whether `weights_initia
 required), whether the published score is RCP-normalized, and where the installed
 `mlperf_logging` is stricter than the checker MLCommons ran that round. Those facts live here,
 one `Ruleset` per round, so the rules and the folder checks read them instead of testing
-version strings.
+version strings. `detect` says which ruleset a log is checked under when none is given.
 """
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
+from typing import Iterable
 
 
 @dataclass(frozen=True)
@@ -108,3 +111,35 @@ def ruleset(version: str) -> Ruleset:
                        f"v{LAST_BERT_ROUND[:3]}); check BERT logs with --ruleset "
                        f"{LAST_BERT_ROUND} or earlier")
     raise KeyError(f"no BERT ruleset {version!r}; choose from {', '.join(RULESETS)}")
+
+
+# A folder named for a round's results repository (a clone, or GitHub's download, -main).
+ROUND_FOLDER = re.compile(r"training_results_v(\d+)\.(\d+)(?![\d.])")
+GIVEN = "given"
+NOT_GIVEN = "assumed: no --ruleset given; give --ruleset for another round"
+FROM_KEYS = (f"assumed: the logs name opt_lamb_epsilon, a key of rulesets 3.0.0-"
+             f"{LAST_BERT_ROUND}; give --ruleset for another round")
+
+
+def round_from_path(path: str | os.PathLike) -> str | None:
+    """The ruleset of the round the innermost `training_results_vX.Y` folder of `path` (made
+    absolute, links not followed) names; None when there is none or that round has no BERT."""
+    for part in reversed(os.path.abspath(path).split(os.sep)):
+        match = ROUND_FOLDER.match(part)
+        if match:
+            version = f"{match[1]}.{match[2]}.0"
+            return version if version in RULESETS else None
+    return None
+
+
+def detect(path: str | os.PathLike, keys: Iterable[str] | None) -> tuple[str, str]:
+    """(ruleset, why) for a log or folder at `path` whose `:::MLLOG` records have `keys`
+    (None: not read): the round of its innermost training_results_vX.Y folder, else
+    LAST_BERT_ROUND when a record is opt_lamb_epsilon (a key of rulesets 3.0.0 on), else
+    DEFAULT_RULESET."""
+    from_path = round_from_path(path)
+    if from_path is not None:
+        return from_path, f"from the path (training_results_v{from_path[:-2]})"
+    if keys is not None and "opt_lamb_epsilon" in keys:
+        return LAST_BERT_ROUND, FROM_KEYS
+    return DEFAULT_RULESET, NOT_GIVEN

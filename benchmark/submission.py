@@ -28,7 +28,8 @@ from benchmark.official import (LONGEST_LINE, MAX_SMALL_FILE_BYTES, PackageOutco
                                 RcpOutcome, PARAMS_FILE, over_copy_limit, run_package_checker,
                                 run_rcp, system_description_problems, untrusted_values)
 from benchmark.problems import ERROR, WARNING, Problem
-from benchmark.rulesets import DEFAULT_RULESET
+from benchmark.rulesets import (DEFAULT_RULESET, FROM_KEYS, GIVEN, NOT_GIVEN, detect,
+                               round_from_path)
 
 RUNS_PER_RESULT = 10  # BERT runs per result (training rules, Benchmark Results)
 # The package checker takes every result_*.txt; published trees use result_0..9,
@@ -67,6 +68,7 @@ class ResultFolder:
     division: the division the runs log ("closed" when unknown).
     rcp: the RCP check's outcome (None when not run: open division).
     problems: folder-level problems (missing files, consistency, RCP).
+    ruleset, ruleset_why: the ruleset of all its runs and why that one.
     """
     folder: str
     logs: list[LogReport] = field(default_factory=list)
@@ -74,6 +76,8 @@ class ResultFolder:
     division: str = "closed"
     rcp: RcpOutcome | None = None
     problems: list[Problem] = field(default_factory=list)
+    ruleset: str = DEFAULT_RULESET
+    ruleset_why: str = GIVEN
 
     def all_problems(self) -> list[Problem]:
         """Folder problems followed by every log's problems."""
@@ -83,11 +87,14 @@ class ResultFolder:
 @dataclass
 class SubmissionReport:
     """The verdict on a submission tree: its own problems, its result folders, the package
-    checker's outcome (None when the official checkers are off)."""
+    checker's outcome (None when the official checkers are off), the ruleset of the whole
+    tree and why that one."""
     org_dir: str
     problems: list[Problem] = field(default_factory=list)
     folders: list[ResultFolder] = field(default_factory=list)
     package: PackageOutcome | None = None
+    ruleset: str = DEFAULT_RULESET
+    ruleset_why: str = GIVEN
 
     def all_problems(self) -> list[Problem]:
         """Tree problems, package problems, then each folder's problems."""
@@ -215,10 +222,46 @@ def _untrusted_log(logs: list[LogReport]) -> str | None:
     return None
 
 
-def check_result_folder(folder: str, ruleset: str = DEFAULT_RULESET, official: bool = True,
-                        tick: Callable[[], None] = _no_tick,
+def _log_rulesets(folder: ResultFolder) -> list[Problem]:
+    """A warning when the folder's ruleset came from its first run's records and other runs'
+    records point to another (all runs of a result are checked under one)."""
+    if folder.ruleset_why not in (FROM_KEYS, NOT_GIVEN):
+        return []
+    other = [Path(log.path).name for log in folder.logs if log.view is not None and detect(
+        log.path, (r.key for r in log.view.parsed.records))[0] != folder.ruleset]
+    if not other:
+        return []
+    shown = ", ".join(other[:3]) + (", ..." if len(other) > 3 else "")
+    return [Problem(folder.folder, 0, "submission/ruleset",
+                    f"{len(other)} run(s) ({shown}) "
+                    f"point to another ruleset by their records; all runs of a result are "
+                    f"checked under {folder.ruleset}, the one of the first; give --ruleset",
+                    WARNING)]
+
+
+def _folder_logs(result: ResultFolder, paths: list[str], ruleset: str | None, why: str,
+                 official: bool, tick: Callable[[], None], budget: ReadBudget) -> None:
+    """Check the logs `paths` of `result` under `ruleset` (None: its path's round, else the one
+    its first readable log points to), setting result.ruleset and ruleset_why."""
+    if not ruleset and round_from_path(result.folder):
+        ruleset, why = detect(result.folder, None)
+    for path in paths:
+        log = check_log(path, ruleset, official, budget, why)
+        result.logs.append(log)
+        if not ruleset and log.view is not None:
+            ruleset, why = log.ruleset, log.ruleset_why
+        tick()
+    if not ruleset:
+        ruleset, why = detect(result.folder, None)
+    result.ruleset, result.ruleset_why = ruleset, why
+    for log in result.logs:  # the unreadable ones read before the ruleset was known
+        log.ruleset, log.ruleset_why = ruleset, why
+
+
+def check_result_folder(folder: str, ruleset: str | None = DEFAULT_RULESET,
+                        official: bool = True, tick: Callable[[], None] = _no_tick,
                         system_division: str | None = None, root: str | None = None,
-                        budget: ReadBudget | None = None) -> ResultFolder:
+                        budget: ReadBudget | None = None, why: str = GIVEN) -> ResultFolder:
     """Check a folder of BERT runs (`result_0.txt` ... `result_9.txt`).
 
     Each log gets the BERT rules and the compliance checker; the set gets the file-count,
@@ -229,14 +272,15 @@ def check_result_folder(folder: str, ruleset: str = DEFAULT_RULESET, official: b
     submission tree; the package checker runs the RCP check only when it says closed.
     root: the tree the folder is part of (a link out of it is not read; default the folder).
     budget: what the logs of this check may still hold (default: a new `ReadBudget`).
+    ruleset: the one of all its runs (`why`: the reason shown), or None for the round of the
+    folder's path, else the one the records of its first readable run point to.
     """
     result = ResultFolder(folder)
     paths, result.problems = _result_files(folder, root)
     budget = budget if budget is not None else ReadBudget()
-    result.logs = []
-    for path in paths:
-        result.logs.append(check_log(path, ruleset, official, budget))
-        tick()
+    _folder_logs(result, paths, ruleset, why, official, tick, budget)
+    ruleset = result.ruleset
+    result.problems += _log_rulesets(result)
     result.scored = [log.passed for log in result.logs]
     result.problems += _consistency(folder, result.logs)
 
@@ -415,13 +459,19 @@ def _subfolders(folder: Path, root: Path, report: SubmissionReport) -> list[Path
     return kept
 
 
-def check_submission(org_dir: str, ruleset: str = DEFAULT_RULESET, official: bool = True,
-                     tick: Callable[[], None] = _no_tick,
+def check_submission(org_dir: str, ruleset: str | None = DEFAULT_RULESET,
+                     official: bool = True, tick: Callable[[], None] = _no_tick,
                      budget: ReadBudget | None = None) -> SubmissionReport:
     """Check the submission tree at `org_dir` (`<org>/results/...`, `<org>/systems/...`);
     `tick` is called after each log (progress); `budget`: what the logs of this check may
-    still hold (default: a new `ReadBudget`)."""
+    still hold (default: a new `ReadBudget`). ruleset: the one of the whole tree, or None for
+    the round of its path, else the one its first result folder's runs point to."""
+    why = GIVEN
+    if not ruleset:
+        ruleset, why = detect(org_dir, None)
+        ruleset = ruleset if round_from_path(org_dir) else None
     report = SubmissionReport(org_dir)
+    report.ruleset, report.ruleset_why = ruleset or DEFAULT_RULESET, why
     org = Path(org_dir)
     results = org / "results"
     budget = budget if budget is not None else ReadBudget()
@@ -451,13 +501,16 @@ def check_submission(org_dir: str, ruleset: str = DEFAULT_RULESET, official: boo
                 continue
             folder = check_result_folder(str(bench), ruleset, official, tick,
                                          division if isinstance(division, str) else None,
-                                         org_dir, budget)
+                                         org_dir, budget, why)
+            if not ruleset and any(log.view is not None for log in folder.logs):
+                ruleset, why = folder.ruleset, folder.ruleset_why
+                report.ruleset, report.ruleset_why = ruleset, why
             report.folders.append(folder)
             layout.append((str(bench), [log.path for log in folder.logs]))
             divisions |= {log.view.division for log in folder.logs
                           if log.view is not None and log.view.division_logged}
-        report.problems += _system_json(json_path, contents, refused, system.name, ruleset,
-                                        official, divisions)
+        report.problems += _system_json(json_path, contents, refused, system.name,
+                                        report.ruleset, official, divisions)
     for name, (_, refused) in descriptions.items():
         if refused and not (results / name[:-len(".json")]).is_dir():
             report.problems += refused  # a description no result uses, still read by the checker
@@ -478,5 +531,6 @@ def check_submission(org_dir: str, ruleset: str = DEFAULT_RULESET, official: boo
                    if log.view is not None and log.official is not None]
         systems = {name: contents for name, (contents, _) in descriptions.items()
                    if contents is not None}
-        report.package = run_package_checker(org_dir, layout, systems, checked, ruleset)
+        report.package = run_package_checker(org_dir, layout, systems, checked,
+                                             report.ruleset)
     return report
