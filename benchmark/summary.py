@@ -198,8 +198,12 @@ def run_labels(paths: Sequence[str]) -> list[str]:
             if labels[i] in repeated and depth[i] + 1 < len(Path(path).parts):
                 depth[i] += 1
                 labels[i], grown = label(path, depth[i]), True
-        if not grown:  # the same path twice
-            return [f"{x} ({i + 1})" for i, x in enumerate(labels)]
+        if not grown:  # the same path more than once: number its copies
+            seen: dict[str, int] = {}
+            for i, x in enumerate(labels):
+                if x in repeated:
+                    seen[x] = seen.get(x, 0) + 1
+                    labels[i] = f"{x} ({seen[x]})"
     return labels
 
 

@@ -66,13 +66,14 @@ def test_csv_goes_to_stdout_and_problems_to_stderr(capsys):
 
 def test_result_folder_and_submission_get_score_rcp_and_package_verdict(tmp_path, capsys):
     org = build_submission(tmp_path)
-    status, out, _ = run_main(capsys, "--submission", str(org), "--plot",
-                              str(tmp_path / "acc.png"), "--format", "markdown")
+    status, out, err = run_main(capsys, "--submission", str(org), "--plot",
+                                str(tmp_path / "acc.png"), "--format", "markdown")
     assert status == 0
     assert "olympic score:" in out and "RCP check: passed" in out
     assert "package checker: passed" in out and "| result_9.txt |" in out
     assert (tmp_path / "acc.png").stat().st_size > 0
-    assert out.splitlines()[-2] == f"plot: 10 run(s) drawn in {tmp_path / 'acc.png'}"
+    # markdown keeps stdout for the tables: the plot's line and the verdict go to stderr
+    assert err.splitlines()[-2] == f"plot: 10 run(s) drawn in {tmp_path / 'acc.png'}"
     status, out, _ = run_main(capsys, str(org / "results" / "1xSyntheticA100x8" / "bert"))
     assert status == 0 and "RCP check: passed" in out and "package checker" not in out
 
@@ -168,7 +169,7 @@ def test_make_check_passes_log_and_submission_paths_with_spaces_whole(tmp_path):
     assert result.returncode == 0, result.stdout
     assert result.stdout.splitlines()[-1].startswith("PASSED: 0 error(s)")
     result = make_check(f"SUBMISSION={folder}", "CHECK_ARGS=--no-official")
-    assert f"{folder}:0: input/path:" in result.stdout  # one path, not "…/my" and "logs/…"
+    assert f"{folder}/results:0: submission/layout" in result.stdout  # one path, not two
 
 
 def test_make_check_with_a_mistyped_log_is_one_usage_line(tmp_path):
