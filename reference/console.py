@@ -141,10 +141,11 @@ class CallPace:
     in `seconds` at the pace measured, so that a progress line comes within `seconds` of the
     start and every few seconds after. The call boundaries change no result: every update
     runs in the same order, dropout is keyed by the micro-step, and calls end at checkpoint
-    steps whatever their length."""
+    steps whatever their length. Not `timed` (several workers, whose calls must all run the
+    same updates), the lengths only double up to `most`: no worker's clock decides them."""
 
-    def __init__(self, most: int, seconds: float) -> None:
-        self.most, self.seconds = max(1, most), seconds
+    def __init__(self, most: int, seconds: float, timed: bool = True) -> None:
+        self.most, self.seconds, self.timed = max(1, most), seconds, timed
         self.per_update: float | None = None  # seconds an update, from the calls after the first
         self.calls = 0
         self.longest = 0
@@ -153,7 +154,7 @@ class CallPace:
         """The updates of the next call, at most `room` (the budget, the next checkpoint)."""
         if self.per_update is None:
             return 1
-        fits = max(1, int(self.seconds / max(self.per_update, 1e-9)))
+        fits = max(1, int(self.seconds / max(self.per_update, 1e-9))) if self.timed else self.most
         return max(1, min(room, self.most, fits, 2 * self.longest))
 
     def took(self, updates: int, seconds: float) -> None:

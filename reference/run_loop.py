@@ -168,6 +168,14 @@ class _Run:
         return f"{self.placement.strategy.num_replicas_in_sync}x{kind}"
 
 
+def _several_workers(strategy) -> bool:
+    """Whether `strategy` spans several worker processes (their host calls must agree)."""
+    import tensorflow as tf
+    from reference.distribution import is_multi_worker, tf_config
+    return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) \
+        and is_multi_worker(tf_config())
+
+
 # ------------------------------------------------------------------------------ eval only
 def evaluate_only(options: RunOptions, inputs: CheckedInputs, strategy=None) -> RunResult:
     """--do_eval --nodo_train: one eval of --init_checkpoint or the latest checkpoint in
@@ -428,7 +436,8 @@ class _TrainingLoop:
         self.result = RunResult(log_keys.ABORTED, self.trainer.step, self.trainer.samples)
         schedule = self.options.schedule
         self.live = LiveLine(every_s=max(60.0, schedule.progress_seconds))
-        self.pace = CallPace(schedule.iterations_per_loop // self.n, schedule.progress_seconds)
+        self.pace = CallPace(schedule.iterations_per_loop // self.n, schedule.progress_seconds,
+                             timed=not _several_workers(run.placement.strategy))
         self.train_folder = os.path.join(self.options.output.output_dir, "train")
         self.paced_from: tuple[float, int] | None = None  # (time, samples) after compiling
 

@@ -90,3 +90,18 @@ def test_a_tpu_that_cannot_be_reached_is_one_line(monkeypatch):
     message = str(raised.value)
     assert "\n" not in message
     assert message.startswith("--use_tpu --tpu_name=v3-128: cannot reach the TPU (URLError:")
+
+
+def test_host_calls_of_several_workers_double_whatever_each_clock_says():
+    """Workers' calls must run the same updates: without timing, two workers whose clocks
+    disagree size every call alike."""
+    fast, slow = CallPace(most=64, seconds=5.0, timed=False), CallPace(64, 5.0, timed=False)
+    sizes = []
+    for pace, seconds in ((fast, 0.001), (slow, 10.0)):
+        run = []
+        for _ in range(10):
+            updates = pace.updates(room=1000)
+            pace.took(updates, seconds * updates)
+            run.append(updates)
+        sizes.append(run)
+    assert sizes[0] == sizes[1] == [1, 1, 2, 4, 8, 16, 32, 64, 64, 64]
