@@ -535,3 +535,19 @@ def test_two_workers_killed_then_rerun_equal_the_uninterrupted_run(kill_data, tm
     run_two_workers(command)
     assert not (out / ".worker-1").exists()
     assert_same_outcome(out, baseline, KILL_FLAGS["eval_frequency_samples"])
+
+
+def test_check_of_a_resumed_log_leads_with_its_one_cause(resumed, capsys):
+    from benchmark import check
+    assert check.main([str(resumed / "mlperf.log")]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    problems = [line for line in lines if line.startswith(str(resumed))]
+    # Only the cause (one line per resume); what follows from it is counted in the verdict.
+    assert len(problems) == 2 and problems == lines[:2]
+    assert all(": bert/single-run: " in line and "not a valid result" in line
+               for line in problems)
+    assert not [line for line in lines if line.startswith("warnings:")]
+    assert "of them follow from the first error shown for their log (--verbose lists them)" \
+        in lines[-1]
+    assert check.main([str(resumed / "mlperf.log"), "--verbose"]) == 1
+    assert "follow from" not in capsys.readouterr().out

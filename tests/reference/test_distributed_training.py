@@ -27,8 +27,8 @@ import tensorflow as tf
 
 from tests.conftest import REPO
 from tests.reference import synthetic_data
-from tests.reference.test_run_pretraining import (as_flags, read_eval_results, read_mllog,
-                                                  run_trainer, values)
+from tests.reference.test_run_pretraining import (as_flags, metadata, read_eval_results,
+                                                  read_mllog, run_trainer, values)
 
 COMMON = {"do_train": "true", "do_eval": "true", "eval_batch_size": 100, "max_eval_steps": 2,
           "learning_rate": 0.02, "num_warmup_steps": 0, "seed": 11,
@@ -167,11 +167,12 @@ def test_the_readme_two_host_example_trains_as_two_workers_on_localhost(data, tm
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
                for command in commands]
     outputs = [worker.communicate(timeout=900) for worker in workers]
-    for worker, (stdout, stderr) in zip(workers, outputs):
+    for index, (worker, (stdout, stderr)) in enumerate(zip(workers, outputs)):
         assert worker.returncode == 0, stderr[-3000:]
         assert "run_pretraining: success at step" in stdout
-    log = read_mllog(out / "mlperf.log")
-    assert values(log, "submission_platform") == ["2xCPU"]
+        assert f"MultiWorkerMirroredStrategy: task worker/{index}, 2 replicas in sync" in stderr
+    log = read_mllog(out / "mlperf.log")  # the chief's
+    assert [m["status"] for m in metadata(log, "run_stop")] == ["success"]
     assert values(log, "global_batch_size") == [32]  # the preset's, split over both workers
     check = subprocess.run(["make", "--no-print-directory", "check", f"LOG={out}/mlperf.log"],
                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
