@@ -16,7 +16,6 @@ from typing import Sequence
 
 import pandas as pd
 
-from benchmark import constants
 from benchmark.errors import UserError
 from benchmark.log_check import LogReport
 from benchmark.problems import count_errors, printable
