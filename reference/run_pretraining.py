@@ -65,8 +65,9 @@ def main(argv: list[str]) -> None:
         os.path.join(tempfile.gettempdir(), f"run_pretraining-{os.getpid()}-tensorflow.log"))
     try:
         _run()
-    except KeyboardInterrupt:  # before training started, or in an eval-only run
-        print("interrupted; run the same command to start again", file=sys.stderr)
+    except KeyboardInterrupt:  # outside the training loop: set-up, an eval-only run, the end
+        print("interrupted; run the same command to go on (it resumes from the newest "
+              "checkpoint in the output folder, if there is one)", file=sys.stderr)
         raise SystemExit(EXIT_INTERRUPTED) from None
     finally:
         if native_log:
