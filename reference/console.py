@@ -174,8 +174,8 @@ def time_to_target(evals: list[tuple[int, float]], target: float, samples: int,
     (None: not measured yet). With two evals whose accuracy rises, the target is placed where
     the line through the last two reaches it ("target ~1h02m05s (trend of the last 2
     evals)"); past the budget, or without such a trend, the time to the budget is the bound
-    ("target not before the step budget, in ..." or "step budget in ... (no eval trend
-    yet)").
+    ("target not within the step budget at the trend (budget in ...)" or "step budget in
+    ... (no rising eval trend yet)").
     """
     if not samples_per_second:
         return "measuring the pace"
@@ -188,7 +188,7 @@ def time_to_target(evals: list[tuple[int, float]], target: float, samples: int,
                 return f"target not within the step budget at the trend (budget in {to_budget})"
             seconds = max(0.0, due - samples) / samples_per_second
             return f"target ~{duration(seconds)} (trend of the last 2 evals)"
-    return f"step budget in {to_budget} (no eval trend yet)"
+    return f"step budget in {to_budget} (no rising eval trend yet)"
 
 
 def duration(seconds: float) -> str:

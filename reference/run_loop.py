@@ -581,8 +581,10 @@ class _TrainingLoop:
             ahead = f"step budget in {duration(to_budget / speed)}" if speed else ""
         if self.eval_data is not None and not eval_now and speed:
             points = [(samples, metrics["masked_lm_accuracy"]) for samples, metrics in evals]
-            ahead += " | " + time_to_target(points, self.options.eval.target_accuracy,
-                                            trainer.samples, trainer.samples + to_budget, speed)
+            eta = time_to_target(points, self.options.eval.target_accuracy, trainer.samples,
+                                 trainer.samples + to_budget, speed)
+            # No eval before the budget: the ETA names the budget itself.
+            ahead = eta if ahead.startswith("step budget") else f"{ahead} | {eta}"
         last = f" | last eval {evals[-1][1]['masked_lm_accuracy']:.4f}" if evals else ""
         scale = (f" | loss scale {losses['loss_scale']:g}, {losses['skipped_updates']} updates "
                  "skipped" if self.options.compute.mixed_precision == "fp16" else "")

@@ -51,9 +51,9 @@ def test_time_to_target_follows_the_trend_of_the_last_two_evals_or_names_the_bud
     assert time_to_target(evals, 0.72, 2100, 3000, 100.0) == \
         "target not within the step budget at the trend (budget in 0m09s)"
     assert time_to_target(evals[:1], 0.72, 2100, 3000, 100.0) == \
-        "step budget in 0m09s (no eval trend yet)"
+        "step budget in 0m09s (no rising eval trend yet)"
     assert time_to_target([(1000, 0.6), (2000, 0.5)], 0.72, 2100, 3000, 100.0) == \
-        "step budget in 0m09s (no eval trend yet)"  # falling accuracy: no trend to follow
+        "step budget in 0m09s (no rising eval trend yet)"  # falling accuracy: no trend to follow
     assert time_to_target(evals, 0.72, 2100, 3000, None) == "measuring the pace"
 
 
