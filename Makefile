@@ -1,4 +1,5 @@
-# MLPerf BERT harness. Set-up: `make install`, then `make test`.
+# MLPerf BERT harness. `make help` lists the targets; set-up: `make install`, then `make smoke`.
+.DEFAULT_GOAL := help
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -52,7 +53,39 @@ CHECK_ARGS ?=
 # paths with spaces or shell characters reach the scripts whole: make preprocess DUMP="a b".
 q = '$(subst ','\'',$(1))'
 
-.PHONY: install test test-all smoke preprocess download upload verify train check example-submission bench bench-data bench-train export-step clean-build
+.PHONY: help install test test-all smoke preprocess download upload verify train check example-submission bench bench-data bench-train export-step clean-build
+
+# One line per target: what it does, then the variables it reads.
+help:
+	@echo 'make TARGET [VARIABLE=value ...]   (the default goal is this list)'
+	@echo '  install             venv in .venv, the package and its test extras  PYTHON'
+	@echo '  smoke               preprocess the slice, train a tiny BERT, check its log  SMOKE_OUT'
+	@echo '  preprocess          the dataset: text, TFRecords, eval set  OUT DUMP RESULTS NWORKER PACK PREPROCESS_ARGS'
+	@echo '  download            official artifacts  DIR ARTIFACTS SOURCE FROM_DIR DOWNLOAD_ARGS'
+	@echo '  upload              copy a dataset to a bucket  OUT BUCKET NWORKER'
+	@echo '  verify              check files against official md5s / a manifest  DIR (or BUCKET)'
+	@echo '  train               run_pretraining with a preset  PRESET TPU GPU DATA PACKED INIT_CHECKPOINT TRAIN_OUT TPU_NAME TPU_ZONE GCP_PROJECT TRAIN_ARGS'
+	@echo '  check               check logs or a submission tree  LOG SUBMISSION CHECK_ARGS'
+	@echo '  example-submission  ten demo runs laid out as a submission, checked  EXAMPLE_ARGS'
+	@echo '  bench               bench-data and bench-train against the reference  REFERENCE_DIR OUT BENCH_ARGS BENCH_TRAIN_ARGS'
+	@echo '  bench-data          time preprocessing against the reference  REFERENCE_DIR OUT BENCH_ARGS'
+	@echo '  bench-train         time training against the reference  REFERENCE_BERT BENCH_TRAIN_ARGS'
+	@echo '  export-step         the update as one XLA HLO module, for timing on a GPU  STEP_OUT EXPORT_ARGS'
+	@echo '  test                the tests but the slow ones  PYTEST_ARGS'
+	@echo '  test-all            every test  PYTEST_ARGS'
+	@echo '  clean-build         remove build/'
+	@echo 'Failing targets end with make'"'"'s own "Error" line and exit status 2.'
+
+# For errors: the flag each make variable fills, so that a message names the variable a user
+# typed ("DATA (--data_dir) is required"); see benchmark.errors.name_make_variables.
+preprocess: export MAKE_VARIABLES = --output_dir=OUT --nworker=NWORKER --dump=DUMP \
+	--results_text=RESULTS
+download: export MAKE_VARIABLES = --output_dir=DIR --artifacts=ARTIFACTS --source=SOURCE \
+	--from_dir=FROM_DIR
+upload: export MAKE_VARIABLES = --bucket=BUCKET --source_dir=OUT --nworker=NWORKER
+train: export MAKE_VARIABLES = --preset=PRESET --output_dir=TRAIN_OUT --data_dir=DATA \
+	--init_checkpoint=INIT_CHECKPOINT --tpu_name=TPU_NAME --tpu_zone=TPU_ZONE \
+	--gcp_project=GCP_PROJECT --packed=PACKED
 
 install:
 	$(PYTHON) -m venv $(VENV)
@@ -127,7 +160,8 @@ export-step:
 
 # `@`: make does not echo the command, so `CHECK_ARGS="--format json"` prints only JSON.
 check:
-	@$(PY) -m benchmark.check $(LOG) $(if $(SUBMISSION),--submission $(SUBMISSION)) $(CHECK_ARGS)
+	@$(PY) -m benchmark.check $(if $(LOG),$(call q,$(LOG))) \
+		$(if $(SUBMISSION),--submission $(call q,$(SUBMISSION))) $(CHECK_ARGS)
 
 clean-build:
 	rm -rf build

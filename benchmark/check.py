@@ -51,6 +51,9 @@ EXIT_CODES = ("exit status: 0 no errors (warnings allowed); 1 errors found; 2 th
               "not run (bad arguments, --plot impossible); 3 an internal error of the checker")
 WARNINGS_SHOWN = 3  # per rule, without --verbose
 MAX_TREE_DEPTH = 8  # folders below a given path searched for logs (<org>/results/<s>/bert: 3)
+# Errors that explain the rest of their log: the log holds no records, or more than one run
+# (resumed). Without --verbose they lead, and the other problems of that log are not listed.
+ROOT_CAUSES = ("log/empty", "bert/single-run")
 
 
 class UsageError(UserError):
@@ -280,19 +283,38 @@ def _groups_csv(groups: list[Group]) -> str:
     return summary.render_table(table[["group", *summary.COLUMNS]], "csv")
 
 
-def _verdict_line(verdict: Verdict) -> str:
+def _verdict_line(verdict: Verdict, folded: int = 0) -> str:
+    """The last line: PASSED or FAILED, the counts (and how many problems `folded` left out,
+    see `_fold`), the ruleset and why."""
     errors = verdict.errors
     warnings = len(verdict.problems) - errors
     word = "FAILED" if errors else "PASSED"
     note = "" if verdict.ruleset_note == "given" else f", {verdict.ruleset_note}"
-    return (f"{word}: {errors} error(s), {warnings} warning(s) "
+    hidden = (f"; {folded} of them follow from the first error shown for their log "
+              "(--verbose lists them)") if folded else ""
+    return (f"{word}: {errors} error(s), {warnings} warning(s){hidden} "
             f"(ruleset {verdict.ruleset}{note})")
 
 
-def _problem_lines(problems: Sequence[Problem], verbose: bool) -> list[str]:
-    """Every error on its own line; warnings grouped by rule, each group a count and its
-    first WARNINGS_SHOWN instances (all with `verbose`)."""
-    lines = [p.format() for p in problems if p.severity == ERROR]
+def _fold(problems: Sequence[Problem]) -> tuple[list[Problem], list[Problem], int]:
+    """(the ROOT_CAUSES errors, the problems of the logs without one, how many problems of
+    the logs with one are left out)."""
+    causes = [p for p in problems if p.severity == ERROR and p.rule in ROOT_CAUSES]
+    explained = {p.path for p in causes}
+    rest = [p for p in problems if p.path not in explained]
+    return causes, rest, len(problems) - len(causes) - len(rest)
+
+
+def _problem_lines(problems: Sequence[Problem], verbose: bool) -> tuple[list[str], int]:
+    """(the lines, the problems left out). Every error on its own line; warnings grouped by
+    rule, each group a count and its first WARNINGS_SHOWN instances (all with `verbose`).
+    Without `verbose` a log with a ROOT_CAUSES error shows that error first and nothing
+    else."""
+    causes, folded = [], 0
+    if not verbose:
+        causes, problems, folded = _fold(problems)
+    lines = [p.format() for p in causes]
+    lines += [p.format() for p in problems if p.severity == ERROR]
     by_rule: dict[str, list[Problem]] = defaultdict(list)
     for problem in problems:
         if problem.severity != ERROR:
@@ -304,7 +326,7 @@ def _problem_lines(problems: Sequence[Problem], verbose: bool) -> list[str]:
         lines += [f"  {p.format()}" for p in shown]
         if len(found) > len(shown):
             lines.append(f"  ... {len(found) - len(shown)} more (--verbose lists them)")
-    return lines
+    return lines, folded
 
 
 def _json_rows(table) -> list[dict]:
@@ -359,16 +381,20 @@ class _Printable:
 
 
 def emit(verdict: Verdict, fmt: str, out: TextIO | None = None,
-         err: TextIO | None = None, verbose: bool = False) -> None:
+         err: TextIO | None = None, verbose: bool = False, notes: Sequence[str] = ()) -> None:
     """Print the verdict in `fmt` to `out` (default stdout) and `err` (default stderr);
-    `verbose`: every warning, not the first few per rule."""
+    `verbose`: every warning, not the first few per rule; `notes`: lines printed just before
+    the verdict line (where a plot went), on stderr with --format json."""
     out = _Printable(out or sys.stdout)
     err = _Printable(err or sys.stderr)
     if fmt == "json":
         print(render_json(verdict), file=out)
+        for note in notes:
+            print(note, file=err)
         return
     side = out if fmt == "text" else err  # csv/markdown keep stdout for the table
-    for line in _problem_lines(verdict.problems, verbose):
+    lines, folded = _problem_lines(verdict.problems, verbose)
+    for line in lines:
         print(line, file=side)
     if fmt == "csv":
         print(_groups_csv(verdict.groups), file=out)
@@ -380,7 +406,9 @@ def emit(verdict: Verdict, fmt: str, out: TextIO | None = None,
         for group in verdict.groups:
             print(file=out)
             print(_group_text(group, fmt), file=out)
-    print(_verdict_line(verdict), file=side)
+    for note in notes:
+        print(note, file=side)
+    print(_verdict_line(verdict, folded), file=side)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -390,6 +418,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.paths and not args.submission:
             raise UsageError("give a log, a result folder or --submission ORG_DIR "
                              "(make check LOG=path or SUBMISSION=submissions/<org>)")
+        missing = [raw for raw in [*args.paths, *args.submission] if not os.path.lexists(raw)]
+        if missing:
+            raise UsageError(f"no such file or folder: {missing[0]}")
         ruleset = args.ruleset
         try:
             ruleset_facts(ruleset or DEFAULT_RULESET)
@@ -415,14 +446,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"check: {printable(exc)}", file=sys.stderr)
         return EXIT_USAGE
     verdict = run_checks(args.paths, args.submission, ruleset, args.official)
-    emit(verdict, args.format, verbose=args.verbose)
+    notes, status = [], EXIT_ERRORS if verdict.errors else EXIT_OK
     if args.plot:
         try:
-            summary.plot_runs([r for g in verdict.groups for r in g.reports], args.plot)
+            drawn = summary.plot_runs([r for g in verdict.groups for r in g.reports], args.plot)
+            notes.append(f"plot: {drawn} run(s) drawn in {args.plot}")
         except summary.PlotError as exc:
-            print(f"check: {printable(exc)}", file=sys.stderr)
-            return EXIT_USAGE
-    return EXIT_ERRORS if verdict.errors else EXIT_OK
+            notes.append(f"check: {exc}")
+            status = EXIT_USAGE
+    emit(verdict, args.format, verbose=args.verbose, notes=notes)
+    return status
 
 
 def entry_point() -> None:

@@ -10,8 +10,14 @@ bad config, bad checkpoint, ...) subclass it.
 """
 from __future__ import annotations
 
+import os
+import re
 import sys
 from typing import Callable
+
+# Set by the Makefile for the command a target runs: "--flag=VARIABLE ..." for each flag it
+# fills from a make variable (e.g. "--data_dir=DATA"), so that errors name what the user typed.
+MAKE_VARIABLES = "MAKE_VARIABLES"
 
 
 def _escape(char: str) -> str:
@@ -35,6 +41,18 @@ def printable(text: str, keep_newlines: bool = False) -> str:
                    for c in text)
 
 
+def name_make_variables(message: str) -> str:
+    """`message` with each flag that the Makefile fills from a make variable (the environment's
+    MAKE_VARIABLES, "--flag=VARIABLE ...") named as "VARIABLE (--flag)" where it stands alone
+    (not "--flag=value"); unchanged outside make."""
+    for pair in os.environ.get(MAKE_VARIABLES, "").split():
+        flag, _, variable = pair.partition("=")
+        if flag.startswith("--") and variable:
+            message = re.sub(rf"{re.escape(flag)}(?![\w=-])",
+                             lambda _, v=variable, f=flag: f"{v} ({f})", message)
+    return message
+
+
 class UserError(Exception):
     """A problem with the user's input, flags or output paths; its message is one line naming
     the file or flag."""
@@ -45,7 +63,7 @@ def exit_on_user_error(main: Callable[[], None]) -> None:
     try:
         main()
     except UserError as err:
-        print(f"error: {printable(err)}", file=sys.stderr)
+        print(f"error: {printable(name_make_variables(str(err)))}", file=sys.stderr)
         sys.exit(1)
 
 

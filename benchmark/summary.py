@@ -7,14 +7,15 @@ the slowest run and averages the rest (8 of BERT's 10).
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
 import pandas as pd
 
-from benchmark import constants
 from benchmark.errors import UserError
 from benchmark.log_check import LogReport
 from benchmark.problems import count_errors, printable
@@ -175,43 +176,109 @@ def plot_available() -> str | None:
     return None
 
 
-def plot_runs(reports: Sequence[LogReport], out_path: str) -> None:
-    """Save eval accuracy vs samples trained, one line per run, with the target line.
+def run_labels(paths: Sequence[str]) -> list[str]:
+    """A distinct legend label per log path: "<system>/<file>" for a result tree's
+    results/<system>/<benchmark>/<file>, else the file name; labels that still repeat take
+    more of their folders until they differ (two `mlperf.log` become "demo/mlperf.log" and
+    "smoke/mlperf.log")."""
+    def label(path: str, more: int) -> str:
+        parts = Path(path).parts
+        at = len(parts) - 4
+        if at >= 0 and parts[at] == "results" and not more:
+            return f"{parts[at + 1]}/{parts[-1]}"
+        return "/".join(parts[-1 - more:]) if more else parts[-1]
 
-    Raises PlotError (one-line message) if matplotlib is missing or the file cannot be written.
+    depth = [0] * len(paths)
+    labels = [label(path, 0) for path in paths]
+    while len(set(labels)) < len(labels):
+        repeated = {x for x in labels if labels.count(x) > 1}
+        grown = False
+        for i, path in enumerate(paths):
+            if labels[i] in repeated and depth[i] + 1 < len(Path(path).parts):
+                depth[i] += 1
+                labels[i], grown = label(path, depth[i]), True
+        if not grown:  # the same path more than once: number its copies
+            seen: dict[str, int] = {}
+            for i, x in enumerate(labels):
+                if x in repeated:
+                    seen[x] = seen.get(x, 0) + 1
+                    labels[i] = f"{x} ({seen[x]})"
+    return labels
+
+
+def _y_range(accuracies: Sequence[float], targets: Sequence[float]) -> tuple[float, float]:
+    """(bottom, top) of the accuracy axis: from 0.1 below the lowest target (or the lowest
+    accuracy when that is higher) to just above the highest target and accuracy, so the
+    approach to the target is not squashed by the first, low evals."""
+    top = max([*accuracies, *targets]) + 0.01
+    bottom = min(accuracies)
+    if targets:
+        bottom = max(bottom, min(targets) - 0.1)
+    return max(0.0, bottom - 0.01), min(1.0, top)
+
+
+def plot_runs(reports: Sequence[LogReport], out_path: str) -> int:
+    """Save eval accuracy vs samples trained, one line per run (its system and file in the
+    legend, a colour of its own), with each division's target line; returns the runs drawn.
+
+    Raises PlotError (one-line message) if matplotlib is missing, no log has an eval to draw,
+    or the file cannot be written; then no file is left at `out_path`.
     """
     reason = plot_available()
     if reason:
         raise PlotError(reason)
+    curves = []
+    for report in reports:
+        points = [] if report.view is None else [
+            (ev.samples, ev.accuracy) for ev in report.view.evals
+            if ev.samples is not None and ev.accuracy is not None]
+        if points:
+            curves.append((report.path, points))
+    if not curves:
+        raise PlotError(f"nothing to plot: no log has an eval with its sample count; "
+                        f"{out_path} not written")
+    targets = sorted({(r.view.target, r.view.division) for r in reports
+                      if r.view is not None and r.view.target is not None})
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
+    colours = plt.get_cmap("tab10" if len(curves) <= 10 else "tab20" if len(curves) <= 20
+                           else "turbo")
     try:
-        for report in reports:
-            if report.view is None:
-                continue
-            points = [(ev.samples, ev.accuracy) for ev in report.view.evals
-                      if ev.samples is not None and ev.accuracy is not None]
-            if points:
-                xs, ys = zip(*points)
-                ax.plot([x / 1e6 for x in xs], ys, marker="o", markersize=3, linewidth=1.2,
-                        label=report.path.rsplit("/", 1)[-1])
-        targets = sorted({(r.view.target, r.view.division) for r in reports
-                          if r.view is not None and r.view.target is not None})
+        for i, (label, (_, points)) in enumerate(zip(run_labels([c[0] for c in curves]),
+                                                     curves)):
+            xs, ys = zip(*points)
+            colour = colours(i if len(curves) <= 20 else i / (len(curves) - 1))
+            ax.plot([x / 1e6 for x in xs], ys, marker="o", markersize=3, linewidth=1.2,
+                    color=colour, label=label)
         for target, division in targets:
             ax.axhline(target, color="black", linestyle="--" if division == "closed" else ":",
                        linewidth=1, label=f"{division} target {target:.3f}")
+        ax.set_ylim(*_y_range([y for _, points in curves for _, y in points],
+                              [t for t, _ in targets]))
         ax.set_xlabel("samples trained (millions of sequences)")
         ax.set_ylabel("masked-LM eval accuracy (fraction of masked tokens)")
         ax.set_title("BERT eval accuracy per run")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small", ncol=2)
         fig.tight_layout()
-        try:
-            fig.savefig(out_path)
-        except (OSError, ValueError) as exc:
-            raise PlotError(f"cannot write the plot to {out_path}: {exc}") from None
+        _save(fig, out_path)
     finally:
         plt.close(fig)
+    return len(curves)
+
+
+def _save(fig, out_path: str) -> None:
+    """Write `fig` to `out_path` through a temporary file beside it, so that a failed write
+    leaves no file; PlotError when it cannot be written."""
+    folder, name = os.path.split(os.path.abspath(out_path))
+    partial = os.path.join(folder, f".{name}.partial{os.path.splitext(name)[1]}")
+    try:
+        fig.savefig(partial)
+        os.replace(partial, out_path)
+    except (OSError, ValueError) as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(partial)
+        raise PlotError(f"cannot write the plot to {out_path}: {exc}") from None

@@ -408,6 +408,7 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow: no CUDA probing lines
     define_flags()
     flags.mark_flags_as_required(["input_file", "output_file"])
     app.run(main)

@@ -62,10 +62,13 @@ def pick_examples(input_tfrecord: str, output_tfrecord: str,
                   num_examples_to_pick: int = constants.EVAL_SAMPLES,
                   max_seq_length: int = constants.MAX_SEQ_LENGTH,
                   max_predictions_per_seq: int = constants.MAX_PREDICTIONS_PER_SEQ,
-                  progress: Callable[[int], None] | None = None) -> int:
+                  progress: Callable[[int], None] | None = None,
+                  repeats_level: int = logging.WARNING) -> int:
     """Write the picked records of `input_tfrecord` to `output_tfrecord`; returns how many.
 
     `progress(n)`, when given, is called as each batch of n picked records is written.
+    `repeats_level`: the absl level of the line saying that the input holds fewer records than
+    asked for, so some are repeated (make preprocess: INFO, as the embedded slice always does).
 
     InputError (and no output file) for an unreadable, empty or damaged input, a record that
     does not match the feature spec, or an output that cannot be written.
@@ -82,9 +85,9 @@ def pick_examples(input_tfrecord: str, output_tfrecord: str,
     if num_records == 0:
         raise InputError(f"{input_tfrecord}: no records to pick from")
     if num_records < num_examples_to_pick:
-        logging.warning("%s: %d records, fewer than the %d asked for: records are repeated, "
-                        "as the reference does", input_tfrecord, num_records,
-                        num_examples_to_pick)
+        logging.log(repeats_level, "%s: %d records, fewer than the %d asked for: records are "
+                    "repeated, as the reference does", input_tfrecord, num_records,
+                    num_examples_to_pick)
     ensure_dir(os.path.dirname(os.path.abspath(output_tfrecord)))
     spec = feature_spec(max_seq_length, max_predictions_per_seq)
     wanted = pick_indices(num_records, num_examples_to_pick)

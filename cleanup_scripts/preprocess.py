@@ -6,13 +6,13 @@ in one resumable command.
 
 Run the same command again after a crash or kill: finished stages with the same parameters are
 skipped, an unfinished one goes on from its finished files, and a changed flag redoes its stage
-and every stage after it (the state is in OUTPUT_DIR/.state/). This docstring is the --help.
-
-A route is a tuple of `Stage`s: STAGES from a dump (the slice shipped in the repository, with
-small-input defaults, when there is no --dump), RESULTS_STAGES from the official text; --pack
-adds PACK_STAGE before the manifest. `run_pipeline` runs them (`run_stage` says when a stage
-is skipped, repaired, resumed or run afresh).
+and every stage after it (the state is in OUTPUT_DIR/.state/). Without --dump the Wikipedia
+slice shipped in the repository is used, with defaults sized for it.
 """
+# For maintainers (absl prints the docstring above as --help): a route is a tuple of `Stage`s,
+# STAGES from a dump, RESULTS_STAGES from the official text; --pack adds PACK_STAGE before the
+# manifest. `run_pipeline` runs them (`run_stage` says when a stage is skipped, repaired,
+# resumed or run afresh).
 from __future__ import annotations
 
 import hashlib
@@ -219,7 +219,8 @@ def run_eval_10k(layout: DatasetLayout, options: Options) -> StageSummary:
     with StageProgress("eval_10k", options.num_eval_examples, unit="records") as bar:
         picked = pick_eval_samples.pick_examples(
             str(source), str(layout.tfrecord_dir / "eval_10k"), options.num_eval_examples,
-            options.max_seq_length, options.max_predictions_per_seq, progress=bar.advance)
+            options.max_seq_length, options.max_predictions_per_seq, progress=bar.advance,
+            repeats_level=logging.INFO)  # a small dump's eval set always repeats records
     return StageSummary("eval_10k", 1, picked, os.path.getsize(source), started)
 
 

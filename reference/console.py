@@ -135,29 +135,60 @@ class LiveLine:
 
 
 class CallPace:
-    """How many updates the next compiled host call runs: at most `most` (the
-    --iterations_per_loop of the reference), fewer when that would take longer than
-    `seconds` at the pace measured so far, so that a progress line comes every few seconds.
-    The call boundaries change no result: every update runs in the same order, dropout is
-    keyed by the micro-step, and calls end at checkpoint steps whatever their length."""
+    """How many updates the next compiled host call runs: the first call one update (it
+    compiles), the second one update (it measures the pace), then each call twice the longest
+    so far, at most `most` (the --iterations_per_loop of the reference) and at most what fits
+    in `seconds` at the pace measured, so that a progress line comes within `seconds` of the
+    start and every few seconds after. The call boundaries change no result: every update
+    runs in the same order, dropout is keyed by the micro-step, and calls end at checkpoint
+    steps whatever their length. Not `timed` (several workers, whose calls must all run the
+    same updates), the lengths only double up to `most`: no worker's clock decides them."""
 
-    def __init__(self, most: int, seconds: float) -> None:
-        self.most, self.seconds = max(1, most), seconds
-        self.per_update: float | None = None
+    def __init__(self, most: int, seconds: float, timed: bool = True) -> None:
+        self.most, self.seconds, self.timed = max(1, most), seconds, timed
+        self.per_update: float | None = None  # seconds an update, from the calls after the first
         self.calls = 0
+        self.longest = 0
 
     def updates(self, room: int) -> int:
         """The updates of the next call, at most `room` (the budget, the next checkpoint)."""
-        if self.per_update is None:  # the first call compiles: one update, then measure
-            return max(1, min(room, 1 if self.calls == 0 else self.most))
-        fits = max(1, int(self.seconds / max(self.per_update, 1e-9)))
-        return max(1, min(room, self.most, fits))
+        if self.per_update is None:
+            return 1
+        fits = max(1, int(self.seconds / max(self.per_update, 1e-9))) if self.timed else self.most
+        return max(1, min(room, self.most, fits, 2 * self.longest))
 
     def took(self, updates: int, seconds: float) -> None:
         """Record that a call of `updates` updates took `seconds` (the first is compilation)."""
         self.calls += 1
+        self.longest = max(self.longest, updates)
         if self.calls > 1 and updates:
             self.per_update = seconds / updates
+
+
+def time_to_target(evals: list[tuple[int, float]], target: float, samples: int,
+                   budget_samples: int, samples_per_second: float | None) -> str:
+    """The ETA part of the progress line: how long until the target, and how it was found.
+
+    `evals`: (samples, masked-LM accuracy) of the evals so far; `samples`: trained now;
+    `budget_samples`: the samples at the step budget; `samples_per_second`: the training pace
+    (None: not measured yet). With two evals whose accuracy rises, the target is placed where
+    the line through the last two reaches it ("target ~1h02m05s (trend of the last 2
+    evals)"); past the budget, or without such a trend, the time to the budget is the bound
+    ("target not within the step budget at the trend (budget in ...)" or "step budget in
+    ... (no rising eval trend yet)").
+    """
+    if not samples_per_second:
+        return "measuring the pace"
+    to_budget = duration(max(0, budget_samples - samples) / samples_per_second)
+    if len(evals) >= 2:
+        (s0, a0), (s1, a1) = evals[-2], evals[-1]
+        if s1 > s0 and a1 > a0:
+            due = s1 + (target - a1) * (s1 - s0) / (a1 - a0)
+            if due > budget_samples:
+                return f"target not within the step budget at the trend (budget in {to_budget})"
+            seconds = max(0.0, due - samples) / samples_per_second
+            return f"target ~{duration(seconds)} (trend of the last 2 evals)"
+    return f"step budget in {to_budget} (no rising eval trend yet)"
 
 
 def duration(seconds: float) -> str:

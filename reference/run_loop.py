@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from absl import logging
 
 from benchmark import cadence, log_keys
-from reference.console import CallPace, LiveLine, duration, eval_line
+from reference.console import CallPace, LiveLine, duration, eval_line, time_to_target
 from reference.error_text import SetupError, tensorflow_failure, writing
 from reference.placement import Placement, place
 from reference.preflight import CheckedInputs, prepare_output_dir
@@ -33,6 +33,15 @@ if TYPE_CHECKING:  # TensorFlow-importing modules are imported where used (fast 
 
 class InternalError(RuntimeError):
     """A state the trainer must never be in (a bug, or counters crafted by hand); one line."""
+
+
+class Interrupted(Exception):
+    """Training stopped by Ctrl-C (KeyboardInterrupt): the global step it had reached and the
+    newest checkpoint saved (None: none yet), which the same command resumes from."""
+
+    def __init__(self, step: int, checkpoint: str | None) -> None:
+        super().__init__(f"interrupted at step {step}")
+        self.step, self.checkpoint = step, checkpoint
 
 
 @dataclass
@@ -157,6 +166,14 @@ class _Run:
             return submission.platform
         kind = "TPU" if request.use_tpu else "GPU" if request.num_gpus else "CPU"
         return f"{self.placement.strategy.num_replicas_in_sync}x{kind}"
+
+
+def _several_workers(strategy) -> bool:
+    """Whether `strategy` spans several worker processes (their host calls must agree)."""
+    import tensorflow as tf
+    from reference.distribution import is_multi_worker, tf_config
+    return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) \
+        and is_multi_worker(tf_config())
 
 
 # ------------------------------------------------------------------------------ eval only
@@ -419,21 +436,26 @@ class _TrainingLoop:
         self.result = RunResult(log_keys.ABORTED, self.trainer.step, self.trainer.samples)
         schedule = self.options.schedule
         self.live = LiveLine(every_s=max(60.0, schedule.progress_seconds))
-        self.pace = CallPace(schedule.iterations_per_loop // self.n, schedule.progress_seconds)
+        self.pace = CallPace(schedule.iterations_per_loop // self.n, schedule.progress_seconds,
+                             timed=not _several_workers(run.placement.strategy))
         self.train_folder = os.path.join(self.options.output.output_dir, "train")
-        self.started = time.time()
-        self.first_samples = self.trainer.samples
+        self.paced_from: tuple[float, int] | None = None  # (time, samples) after compiling
 
     def train(self, iterator) -> RunResult:
         """Train from the distributed `iterator` and evaluate until the target or the budget;
-        returns the result."""
+        returns the result. Ctrl-C ends the progress line and raises Interrupted."""
+        try:
+            return self._train(iterator)
+        except KeyboardInterrupt:
+            self.live.close()
+            raise Interrupted(self.trainer.step, self.manager.latest_checkpoint) from None
+
+    def _train(self, iterator) -> RunResult:
         trainer = self.trainer
         if self.eval_data is not None and self.options.eval.at_start and trainer.samples == 0:
             if self._evaluate():
                 return self._success()
         self._check_counters()
-        # The speed shown counts from here, after any eval at the start.
-        self.started, self.first_samples = time.time(), trainer.samples
         while self.update < self.budget_updates:
             reached, save_due = self._block(iterator)
             if reached and self._evaluate():
@@ -506,6 +528,8 @@ class _TrainingLoop:
         self.phase.setting_up = False  # compiled, and it ran: what fails now is no set-up
         elapsed = max(time.time() - started, 1e-9)
         self.pace.took(losses["updates"], elapsed)
+        if self.paced_from is None:  # the speed shown counts from the end of compilation
+            self.paced_from = (time.time(), trainer.samples)
         self.update += losses["updates"]
         reached = eval_due is not None and trainer.samples >= eval_due
         self.live.update(self._progress_line(losses, eval_due, reached))
@@ -538,22 +562,33 @@ class _TrainingLoop:
         return metrics["masked_lm_accuracy"] >= target
 
     def _progress_line(self, losses: dict, eval_due: int | None, eval_now: bool) -> str:
-        """The live line: step, samples, speed since the start of this process (samples/s),
-        loss, learning rate, time to the next eval (or, without evals, to the step budget), the
-        accuracy of the last eval; with fp16 the loss scale."""
+        """The live line: step, samples, speed since compilation ended (samples/s), loss,
+        learning rate, time to the next eval (or, without evals, to the step budget), the time
+        to the target (`time_to_target`), the accuracy of the last eval; with fp16 the loss
+        scale."""
         trainer, evals = self.trainer, self.result.evals
-        overall = (trainer.samples - self.first_samples) / max(time.time() - self.started, 1e-9)
+        since, first = self.paced_from or (0.0, trainer.samples)
+        speed = (trainer.samples - first) / max(time.time() - since, 1e-9) \
+            if trainer.samples > first else None
         to_budget = (self.budget_updates - self.update) * self.batch
+        pace = f"{speed:,.1f} samples/s" if speed else "measuring the pace"
         if eval_now:
             ahead = "eval now"
         elif eval_due is not None and eval_due - trainer.samples < to_budget:
-            ahead = (f"next eval in {duration((eval_due - trainer.samples) / max(overall, 1e-9))}"
-                     f" (at {eval_due:,})")
+            ahead = (f"next eval in {duration((eval_due - trainer.samples) / speed)}"
+                     if speed else "next eval") + f" (at {eval_due:,})"
         else:
-            ahead = f"step budget in {duration(to_budget / max(overall, 1e-9))}"
+            ahead = f"step budget in {duration(to_budget / speed)}" if speed else ""
+        if self.eval_data is not None and not eval_now and speed:
+            points = [(samples, metrics["masked_lm_accuracy"]) for samples, metrics in evals]
+            eta = time_to_target(points, self.options.eval.target_accuracy, trainer.samples,
+                                 trainer.samples + to_budget, speed)
+            # No eval before the budget: the ETA names the budget itself.
+            ahead = eta if ahead.startswith("step budget") else f"{ahead} | {eta}"
         last = f" | last eval {evals[-1][1]['masked_lm_accuracy']:.4f}" if evals else ""
         scale = (f" | loss scale {losses['loss_scale']:g}, {losses['skipped_updates']} updates "
                  "skipped" if self.options.compute.mixed_precision == "fp16" else "")
-        return (f"step {trainer.step:,}/{self.options.budget_steps:,} | {trainer.samples:,} "
-                f"samples | {overall:,.1f} samples/s | loss {losses['total_loss']:.4f} | lr "
-                f"{losses['learning_rate']:.3g} | {ahead}{last}{scale}")
+        parts = [f"step {trainer.step:,}/{self.options.budget_steps:,}",
+                 f"{trainer.samples:,} samples", pace, f"loss {losses['total_loss']:.4f}",
+                 f"lr {losses['learning_rate']:.3g}", ahead]
+        return " | ".join(part for part in parts if part) + last + scale

@@ -1,6 +1,5 @@
 """`python -m reference.run_pretraining`: MLPerf BERT pre-training and evaluation in TF2, with
-the MLCommons reference's flags (reference/run_flags.py) plus --eval_file and --preset. This
-docstring is the command's --help.
+the MLCommons reference's flags plus --eval_file, --preset and --data_dir.
 
     python -m reference.run_pretraining --bert_config_file=bert_config.json \\
         --init_checkpoint=tf1_ckpt/model.ckpt-28252 --input_file='gs://b/tfrecord/part-*' \\
@@ -13,14 +12,18 @@ docstring is the command's --help.
 
 Training evaluates every eval_frequency(global batch) samples and stops at the first masked-LM
 accuracy >= --target_mlm_accuracy (success) or after --num_train_steps (aborted); the MLPerf log
-is --mlperf_log (default OUTPUT_DIR/mlperf.log). The same command again resumes a killed run
-from its newest complete checkpoint, bit for bit, and refuses other run settings. Step counts
-are micro-steps of --train_batch_size records (x --steps_per_update per optimizer update). A
-problem with the flags or inputs is one line "error: ..." and exit status 1. README: "Train".
+is --mlperf_log (default OUTPUT_DIR/mlperf.log). The same command again resumes a killed or
+interrupted run from its newest complete checkpoint, bit for bit, and refuses other run
+settings. Step counts are micro-steps of --train_batch_size records (x --steps_per_update per
+optimizer update). TensorBoard summaries go to OUTPUT_DIR/train and OUTPUT_DIR/eval.
 
-`main` wires the layers: flags and preset -> RunOptions (reference/run_options.py) -> the
-strategy -> preflight's CheckedInputs (reference/preflight.py) -> the run (reference/run_loop.py).
+Exit status: 0 the target reached (or not sought: eval only, --nodo_eval, --stop_steps);
+1 a problem with the flags, the inputs or an output, in one line "error: ..."; 4 the step
+budget (--num_train_steps) ran out before the target; 130 interrupted (Ctrl-C).
 """
+# For maintainers (absl prints the docstring above as --help): `main` wires the layers, flags
+# and preset -> RunOptions (reference/run_options.py) -> the strategy -> preflight's
+# CheckedInputs (reference/preflight.py) -> the run (reference/run_loop.py).
 from __future__ import annotations
 
 import contextlib
@@ -32,11 +35,14 @@ import tempfile
 
 from absl import app, flags
 
-from benchmark.errors import UserError
+from benchmark.errors import UserError, name_make_variables
 from cleanup_scripts.fileio import printable
 from reference import console, run_flags
 from reference.run_flags import FLAGS, define_flags
 from reference.run_options import options_from_flags
+
+EXIT_TARGET_NOT_REACHED = 4  # the run used --num_train_steps without reaching the target
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports a process ended by SIGINT
 
 
 def main(argv: list[str]) -> None:
@@ -59,6 +65,10 @@ def main(argv: list[str]) -> None:
         os.path.join(tempfile.gettempdir(), f"run_pretraining-{os.getpid()}-tensorflow.log"))
     try:
         _run()
+    except KeyboardInterrupt:  # outside the training loop: set-up, an eval-only run, the end
+        print("interrupted; run the same command to go on (it resumes from the newest "
+              "checkpoint in the output folder, if there is one)", file=sys.stderr)
+        raise SystemExit(EXIT_INTERRUPTED) from None
     finally:
         if native_log:
             _keep_native_log(native_log)
@@ -89,7 +99,7 @@ def _run() -> None:
     tf.get_logger().setLevel("WARNING")  # its INFO lines (checkpoint sharding times) are noise
     from reference.placement import strategy_for
     from reference.preflight import preflight
-    from reference.run_loop import InternalError, evaluate_only, train
+    from reference.run_loop import InternalError, Interrupted, evaluate_only, train
     options = inputs = None
     try:
         options = options_from_flags(FLAGS)
@@ -98,19 +108,28 @@ def _run() -> None:
         strategy = strategy_for(options.distribution)
         inputs = preflight(options)
         result = (train if options.do_train else evaluate_only)(options, inputs, strategy)
+    except Interrupted as err:
+        gc.collect()
+        resume = f"from {err.checkpoint}" if err.checkpoint else \
+            "(no checkpoint was saved yet: it starts over)"
+        print(f"interrupted at step {err.step}; run the same command to resume {resume}",
+              file=sys.stderr)
+        raise SystemExit(EXIT_INTERRUPTED) from None
     except (UserError, InternalError, tf.errors.DataLossError,
             tf.errors.InvalidArgumentError) as err:
         failure = _failure(err, options, inputs)
         if not failure:
             raise
     else:
-        _print_outcome(result)
+        if not _print_outcome(result, options):
+            raise SystemExit(EXIT_TARGET_NOT_REACHED)
         return
     # Free the failed run's objects first: TensorFlow's warnings about them (e.g. a checkpoint
     # deleted half-restored) then come before the error, which stays the last line on stderr
     # (benchmark.errors.exit_on_user_error would print while the error still holds them).
     gc.collect()
-    raise SystemExit(f"error: {printable(failure)}")  # one line, whatever the input held
+    # One line, whatever the input held; through make, naming the make variable of a flag.
+    raise SystemExit(f"error: {printable(name_make_variables(failure))}")
 
 
 def _failure(err: Exception, options, inputs) -> str | None:
@@ -138,13 +157,25 @@ def _failure(err: Exception, options, inputs) -> str | None:
     return failure
 
 
-def _print_outcome(result) -> None:
-    """The last line on stdout: the status, where the run ended and its last accuracy."""
+def _print_outcome(result, options) -> bool:
+    """The last line on stdout: the status, where the run ended and its last accuracy, and
+    why an aborted run stopped. Returns False when a training run with evals used its whole
+    step budget (--num_train_steps) without reaching the target."""
     last = result.evals[-1][1] if result.evals else {}
     status = "already finished" if result.status == "already-finished" else result.status
-    print(f"run_pretraining: {status} at step {result.step}, {result.samples} samples"
-          + (f", masked_lm_accuracy {last['masked_lm_accuracy']:.5f}" if last else ""),
-          flush=True)
+    line = (f"run_pretraining: {status} at step {result.step}, {result.samples} samples"
+            + (f", masked_lm_accuracy {last['masked_lm_accuracy']:.5f}" if last else ""))
+    missed = result.status == "aborted" and options.do_eval
+    if missed and result.step < options.optimizer.num_train_steps:
+        line += (f": stopped at --stop_steps={options.schedule.stop_steps}; run it again with "
+                 "a later --stop_steps, or without it, to continue")
+        missed = False
+    elif missed:
+        line += (f": the step budget (--num_train_steps={options.optimizer.num_train_steps}) "
+                 f"ran out before the target {options.eval.target_accuracy:g} "
+                 f"(exit status {EXIT_TARGET_NOT_REACHED})")
+    print(line, flush=True)
+    return not missed
 
 
 if __name__ == "__main__":

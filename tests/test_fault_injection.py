@@ -10,7 +10,6 @@ import json
 import os
 import random
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,8 +18,8 @@ import pytest
 
 from tests.conftest import REPO, run_module
 from tests.reference.test_crash_resume import (assert_same_outcome, kill_at_random_points,
-                                               log_sections, start, trainer_command,
-                                               trainer_env)
+                                               log_sections, run_to_the_budget, start,
+                                               trainer_command, trainer_env)
 
 # The make-preprocess output trains a tiny model with the real vocabulary, dropout on.
 BERT_CONFIG = {"attention_probs_dropout_prob": 0.1, "hidden_act": "gelu",
@@ -80,12 +79,11 @@ def test_preprocess_then_training_killed_at_random_points_end_as_uninterrupted(t
     config = tmp_path / "bert_config.json"
     config.write_text(json.dumps(BERT_CONFIG))
     baseline = tmp_path / "baseline"
-    subprocess.run(trainer_command(train_flags(clean, config, baseline)), env=trainer_env(),
-                   check=True, capture_output=True)
+    run_to_the_budget(trainer_command(train_flags(clean, config, baseline)))
     out = tmp_path / "out"
     command = trainer_command(train_flags(dataset, config, out))
     kill_at_random_points(lambda: start([command], [trainer_env()]), out, rng, kills=3,
                           anytime=(5.0, 40.0))
-    subprocess.run(command, env=trainer_env(), check=True, capture_output=True)
+    run_to_the_budget(command)
     assert_same_outcome(out, baseline, EVAL_FREQUENCY)
     assert len(log_sections(out / "mlperf.log")) >= 2

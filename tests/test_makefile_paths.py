@@ -10,6 +10,7 @@ import sys
 import pytest
 
 import cleanup_scripts
+from benchmark.errors import MAKE_VARIABLES, name_make_variables
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
@@ -70,3 +71,30 @@ def test_make_preprocess_with_spaces_in_dump_and_out(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert (out / "manifest.tsv").is_file()
     assert (out / "tfrecords" / "eval_10k").is_file()
+
+
+def test_errors_through_make_name_the_make_variable_the_user_typed(tmp_path):
+    result = make("train", "PRESET=v3-128", f"TRAIN_OUT={tmp_path}/run", dry_run=False)
+    lines = result.stderr.splitlines()
+    assert result.returncode == 2 and lines[-1].startswith("make: *** ")
+    assert lines[-2] == (
+        "error: --preset=v3-128: DATA (--data_dir) is required (input_file is {data}/part-*)")
+
+
+def test_flags_are_named_as_make_variables_only_where_make_set_them(monkeypatch):
+    message = "--data_dir is required; --output_dir=x: bad; --data_dir_other"
+    assert name_make_variables(message) == message  # not run by make
+    monkeypatch.setenv(MAKE_VARIABLES, "--data_dir=DATA --output_dir=TRAIN_OUT")
+    assert name_make_variables(message) == \
+        "DATA (--data_dir) is required; --output_dir=x: bad; --data_dir_other"
+
+
+def test_plain_make_lists_the_targets_and_their_variables_instead_of_installing():
+    result = make(dry_run=False)
+    assert result.returncode == 0 and "pip" not in result.stdout
+    listed = {line.split()[0] for line in result.stdout.splitlines() if line.startswith("  ")}
+    phony = (REPO / "Makefile").read_text().split(".PHONY:")[1].splitlines()[0].split()
+    assert listed == set(phony) - {"help"}
+    assert make("help", dry_run=False).stdout == result.stdout
+    train = next(line for line in result.stdout.splitlines() if line.startswith("  train "))
+    assert "DATA" in train and "TRAIN_OUT" in train and "PRESET" in train

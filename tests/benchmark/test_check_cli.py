@@ -5,6 +5,7 @@ import csv
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -65,12 +66,14 @@ def test_csv_goes_to_stdout_and_problems_to_stderr(capsys):
 
 def test_result_folder_and_submission_get_score_rcp_and_package_verdict(tmp_path, capsys):
     org = build_submission(tmp_path)
-    status, out, _ = run_main(capsys, "--submission", str(org), "--plot",
-                              str(tmp_path / "acc.png"), "--format", "markdown")
+    status, out, err = run_main(capsys, "--submission", str(org), "--plot",
+                                str(tmp_path / "acc.png"), "--format", "markdown")
     assert status == 0
     assert "olympic score:" in out and "RCP check: passed" in out
     assert "package checker: passed" in out and "| result_9.txt |" in out
     assert (tmp_path / "acc.png").stat().st_size > 0
+    # markdown keeps stdout for the tables: the plot's line and the verdict go to stderr
+    assert err.splitlines()[-2] == f"plot: 10 run(s) drawn in {tmp_path / 'acc.png'}"
     status, out, _ = run_main(capsys, str(org / "results" / "1xSyntheticA100x8" / "bert"))
     assert status == 0 and "RCP check: passed" in out and "package checker" not in out
 
@@ -92,11 +95,29 @@ def test_usage_errors_are_one_line_and_status_2(capsys, args, fragment):
     assert len(err.strip().splitlines()) == 1 and fragment in err
 
 
-def test_missing_file_and_empty_folder_are_problems(capsys, tmp_path):
-    status, out, _ = run_main(capsys, str(tmp_path / "nope.txt"), str(tmp_path))
+def test_a_mistyped_path_is_a_usage_error_and_an_empty_folder_a_problem(capsys, tmp_path):
+    status, out, err = run_main(capsys, VALID, str(tmp_path / "nope.txt"))
+    assert (status, out, err) == (2, "", f"check: no such file or folder: {tmp_path}/nope.txt\n")
+    status, out, _ = run_main(capsys, "--submission", str(tmp_path / "org"))
+    assert status == 2
+    status, out, _ = run_main(capsys, str(tmp_path))
     assert status == 1
-    assert f"{tmp_path / 'nope.txt'}:0: log/read: cannot read: no such file" in out
     assert f"{tmp_path}:0: input/path:" in out
+
+
+@pytest.mark.parametrize("name", ["empty-file.txt", "binary-garbage.txt"])
+def test_a_log_without_records_is_one_error_line_and_the_verdict_counts_the_rest(capsys, name):
+    path = str(gallery.LOGS / "broken" / name)
+    status, out, _ = run_main(capsys, path)
+    lines = out.splitlines()
+    problems = [line for line in lines if line.startswith(path)]
+    assert status == 1 and problems == [lines[0]]
+    assert lines[0].startswith(f"{path}:0: log/empty: no ':::MLLOG ' lines in the file")
+    assert not [line for line in lines if line.startswith("warnings:")]
+    assert re.match(r"FAILED: (\d+) error\(s\), 0 warning\(s\); \d+ of them follow from the "
+                    r"first error shown for their log \(--verbose lists them\)", lines[-1])
+    status, out, _ = run_main(capsys, path, "--verbose")
+    assert "official/run_start" in out and "follow from" not in out
 
 
 def test_plot_without_matplotlib_fails_with_one_line(capsys, monkeypatch):
@@ -112,6 +133,50 @@ def test_module_entry_point(tmp_path):
                             capture_output=True, text=True, cwd=tmp_path,
                             env={**os.environ, "PYTHONPATH": str(gallery.LOGS.parents[2])})
     assert result.returncode == 0 and "PASSED" in result.stdout and result.stderr == ""
+
+
+def make_check(*variables: str) -> subprocess.CompletedProcess:
+    """`make check VARIABLE=value ...`, stdout and stderr in the order they were written."""
+    root = Path(__file__).resolve().parents[2]
+    return subprocess.run(["make", "-C", str(root), "--no-print-directory", "check",
+                           f"PY={sys.executable}", *variables], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=300)
+
+
+def test_a_plot_that_fails_leaves_no_file_and_says_so_before_the_verdict(capsys, tmp_path):
+    empty = str(gallery.LOGS / "broken" / "empty-file.txt")
+    status, out, _ = run_main(capsys, empty, "--plot", str(tmp_path / "acc.png"))
+    lines = out.splitlines()
+    assert status == 2 and lines[-2].startswith("check: nothing to plot")
+    assert lines[-1].startswith("FAILED") and list(tmp_path.iterdir()) == []
+
+
+def test_make_check_ends_with_the_verdict_then_only_makes_error_line(tmp_path):
+    result = make_check(f"LOG={SKIPPED}", "CHECK_ARGS=--no-official")
+    lines = result.stdout.splitlines()
+    assert result.returncode == 2  # make's status for any failing recipe
+    assert lines[-2].startswith("FAILED: 1 error(s)") and lines[-1].startswith("make: *** ")
+    assert subprocess.run([sys.executable, "-m", "benchmark.check", SKIPPED, "--no-official"],
+                          capture_output=True).returncode == 1  # the checker's own status
+
+
+def test_make_check_passes_log_and_submission_paths_with_spaces_whole(tmp_path):
+    folder = tmp_path / "my logs" / "it's here"
+    folder.mkdir(parents=True)
+    log = folder / "run 1.txt"
+    log.write_bytes(Path(VALID).read_bytes())
+    result = make_check(f"LOG={log}", "CHECK_ARGS=--no-official")
+    assert result.returncode == 0, result.stdout
+    assert result.stdout.splitlines()[-1].startswith("PASSED: 0 error(s)")
+    result = make_check(f"SUBMISSION={folder}", "CHECK_ARGS=--no-official")
+    assert f"{folder}/results:0: submission/layout" in result.stdout  # one path, not two
+
+
+def test_make_check_with_a_mistyped_log_is_one_usage_line(tmp_path):
+    result = make_check(f"LOG={tmp_path}/nope.txt")
+    assert result.returncode == 2
+    assert result.stdout.splitlines()[0] == f"check: no such file or folder: {tmp_path}/nope.txt"
+    assert len(result.stdout.splitlines()) == 2  # and make's own Error line
 
 
 def test_make_check_with_json_format_prints_only_json(tmp_path):

@@ -85,3 +85,50 @@ def test_plot_without_matplotlib_is_one_clear_line(monkeypatch, tmp_path):
 def test_unwritable_plot_is_a_plot_error(tmp_path):
     with pytest.raises(summary.PlotError):
         summary.plot_runs(reports(), str(tmp_path / "x.unknown-format"))
+
+
+def test_legend_labels_name_system_and_run_and_never_repeat():
+    assert summary.run_labels(["t/results/sysA/bert/result_1.txt",
+                               "t/results/sysB/bert/result_1.txt"]) == \
+        ["sysA/result_1.txt", "sysB/result_1.txt"]
+    assert summary.run_labels(["build/train/demo/mlperf.log", "build/smoke/train/mlperf.log"]) \
+        == ["demo/mlperf.log", "train/mlperf.log"]
+    labels = summary.run_labels(["build/train/demo/mlperf.log", "build/smoke/x/mlperf.log",
+                                 "a/x/mlperf.log", "run.txt", "run.txt"])
+    assert labels == ["demo/mlperf.log", "smoke/x/mlperf.log", "a/x/mlperf.log", "run.txt (1)",
+                      "run.txt (2)"]
+
+
+def test_plot_of_two_systems_has_distinct_labels_and_colours_and_shows_the_target(
+        tmp_path, monkeypatch):
+    import matplotlib.axes
+    drawn, limits = [], []
+    real_plot, real_ylim = matplotlib.axes.Axes.plot, matplotlib.axes.Axes.set_ylim
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", lambda ax, *a, **kw: drawn.append(
+        (kw["label"], kw["color"])) or real_plot(ax, *a, **kw))
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_ylim", lambda ax, *a, **kw: (
+        limits.append(a) if a and not kw else None) or real_ylim(ax, *a, **kw))
+    valid = gallery.LOGS / "valid" / "closed_bs256.txt"
+    paths = []
+    for system in ("sysA", "sysB"):
+        for run in (1, 2):
+            path = tmp_path / "results" / system / "bert" / f"result_{run}.txt"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(valid.read_bytes())
+            paths.append(str(path))
+    out = tmp_path / "acc.png"
+    assert summary.plot_runs([check_log(p) for p in paths], str(out)) == 4
+    assert [label for label, _ in drawn] == ["sysA/result_1.txt", "sysA/result_2.txt",
+                                            "sysB/result_1.txt", "sysB/result_2.txt"]
+    assert len({colour for _, colour in drawn}) == 4
+    [(bottom, top)] = limits
+    assert 0.6 <= bottom < 0.70 and 0.72 < top <= 0.75  # the approach to 0.720 fills the plot
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_plot_with_nothing_to_draw_is_one_line_and_writes_no_file(tmp_path):
+    out = tmp_path / "acc.png"
+    with pytest.raises(summary.PlotError, match="nothing to plot"):
+        summary.plot_runs([check_log(str(gallery.LOGS / "broken" / "empty-file.txt"))],
+                          str(out))
+    assert list(tmp_path.iterdir()) == []

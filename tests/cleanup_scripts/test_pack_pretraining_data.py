@@ -173,6 +173,7 @@ def test_cli_prints_one_summary_line(real_records, tmp_path):
     lines = [line for line in result.stdout.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("pack_pretraining_data: ")
     assert (tmp_path / "one").is_file()
+    assert "cuInit" not in result.stderr and "cuda" not in result.stderr.lower()  # CPU machine
 
 
 def _write(path, columns):

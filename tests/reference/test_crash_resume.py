@@ -44,6 +44,7 @@ from reference.preflight import preflight
 from reference.run_flags import define_flags
 from reference.run_loop import RunResult, train
 from reference.run_options import options_from_flags
+from reference.run_pretraining import EXIT_TARGET_NOT_REACHED
 from reference.bert_config import load_bert_config
 from reference.model import BertPretrainingModel, dummy_features
 from reference.run_log import end_partial_line
@@ -413,6 +414,13 @@ def trainer_env(**extra: str) -> dict:
     return dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2", **extra)
 
 
+def run_to_the_budget(command: list[str]) -> None:
+    """Run `command` to its --num_train_steps; its target (0.999) is out of reach, so it
+    ends with the exit status that says so."""
+    result = subprocess.run(command, env=trainer_env(), capture_output=True, text=True)
+    assert result.returncode == EXIT_TARGET_NOT_REACHED, result.stderr[-3000:]
+
+
 def kill_at_random_points(launch, out: Path, rng: random.Random, kills: int,
                           anytime: tuple[float, float]) -> None:
     """Start the run `kills` times (`launch()` returns its processes) and SIGKILL it: on even
@@ -484,13 +492,12 @@ def test_sigkill_at_random_points_then_rerun_equals_the_uninterrupted_run(kill_d
                                                                          setup):
     flag_values = {**kill_data, **KILL_FLAGS, **KILL_SETUPS[setup]}
     baseline = tmp_path / "baseline"
-    subprocess.run(trainer_command({**flag_values, "output_dir": baseline}), env=trainer_env(),
-                   check=True, capture_output=True)
+    run_to_the_budget(trainer_command({**flag_values, "output_dir": baseline}))
     out = tmp_path / "out"
     command = trainer_command({**flag_values, "output_dir": out})
     kill_at_random_points(lambda: start([command], [trainer_env()]), out,
                           random.Random(f"crash-{setup}"), kills=3, anytime=(4.0, 20.0))
-    subprocess.run(command, env=trainer_env(), check=True, capture_output=True)
+    run_to_the_budget(command)
     assert_same_outcome(out, baseline, KILL_FLAGS["eval_frequency_samples"])
     assert len(log_sections(out / "mlperf.log")) >= 2
 
@@ -513,7 +520,7 @@ def launch_two_workers(command: list[str]) -> list[subprocess.Popen]:
 def run_two_workers(command: list[str]) -> None:
     workers = launch_two_workers(command)
     for worker in workers:
-        assert worker.wait(timeout=600) == 0
+        assert worker.wait(timeout=600) == EXIT_TARGET_NOT_REACHED
 
 
 @pytest.mark.slow
@@ -528,3 +535,19 @@ def test_two_workers_killed_then_rerun_equal_the_uninterrupted_run(kill_data, tm
     run_two_workers(command)
     assert not (out / ".worker-1").exists()
     assert_same_outcome(out, baseline, KILL_FLAGS["eval_frequency_samples"])
+
+
+def test_check_of_a_resumed_log_leads_with_its_one_cause(resumed, capsys):
+    from benchmark import check
+    assert check.main([str(resumed / "mlperf.log")]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    problems = [line for line in lines if line.startswith(str(resumed))]
+    # Only the cause (one line per resume); what follows from it is counted in the verdict.
+    assert len(problems) == 2 and problems == lines[:2]
+    assert all(": bert/single-run: " in line and "not a valid result" in line
+               for line in problems)
+    assert not [line for line in lines if line.startswith("warnings:")]
+    assert "of them follow from the first error shown for their log (--verbose lists them)" \
+        in lines[-1]
+    assert check.main([str(resumed / "mlperf.log"), "--verbose"]) == 1
+    assert "follow from" not in capsys.readouterr().out

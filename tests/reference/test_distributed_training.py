@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
+import string
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,8 +27,8 @@ import tensorflow as tf
 
 from tests.conftest import REPO
 from tests.reference import synthetic_data
-from tests.reference.test_run_pretraining import (as_flags, read_eval_results, read_mllog,
-                                                  run_trainer, values)
+from tests.reference.test_run_pretraining import (as_flags, metadata, read_eval_results,
+                                                  read_mllog, run_trainer, values)
 
 COMMON = {"do_train": "true", "do_eval": "true", "eval_batch_size": 100, "max_eval_steps": 2,
           "learning_rate": 0.02, "num_warmup_steps": 0, "seed": 11,
@@ -137,3 +140,40 @@ def test_two_workers_match_one_device(data, baseline, tmp_path):
     assert not (out / ".worker-1").exists()  # the other worker's scratch checkpoints are gone
     assert values(read_mllog(out / "mlperf.log"), "submission_platform") == ["2xCPU"]
     assert_same_training(out, baseline)
+
+
+# The README's multi-host example ("Scale out"), one `make train` per host with its TF_CONFIG.
+# Here both hosts are this machine (two ports on localhost), the preset is the CPU smoke preset
+# (the GPU presets need GPUs) and TRAIN_ARGS fit it to the tiny synthetic records; on real
+# hosts HOST0/HOST1 are their addresses, PRESET a GPU preset, DATA and TRAIN_OUT shared paths.
+TWO_HOSTS = string.Template(
+    """TF_CONFIG='{"cluster": {"worker": ["$host0", "$host1"]}, "task": {"type": "worker", """
+    """"index": $index}}' make train PRESET=$preset DATA=$data TRAIN_OUT=$out """
+    """TRAIN_ARGS="$args\"""")
+
+
+@pytest.mark.slow
+def test_the_readme_two_host_example_trains_as_two_workers_on_localhost(data, tmp_path):
+    out = tmp_path / "two hosts"
+    args = (f"--bert_config_file={data['bert_config_file']} --max_seq_length=16 "
+            "--max_predictions_per_seq=4 --eval_batch_size=100")
+    hosts = {"host0": f"localhost:{free_port()}", "host1": f"localhost:{free_port()}"}
+    commands = [TWO_HOSTS.substitute(hosts, index=index, preset="smoke",
+                                     data=shlex.quote(str(Path(data["input_file"]).parent)),
+                                     out=shlex.quote(str(out)), args=args)
+                for index in range(2)]
+    env = dict(os.environ, PYTHONPATH=str(REPO), MAKEFLAGS=f"PY={sys.executable}")
+    workers = [subprocess.Popen(["bash", "-c", command], cwd=REPO, env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+               for command in commands]
+    outputs = [worker.communicate(timeout=900) for worker in workers]
+    for index, (worker, (stdout, stderr)) in enumerate(zip(workers, outputs)):
+        assert worker.returncode == 0, stderr[-3000:]
+        assert "run_pretraining: success at step" in stdout
+        assert f"MultiWorkerMirroredStrategy: task worker/{index}, 2 replicas in sync" in stderr
+    log = read_mllog(out / "mlperf.log")  # the chief's
+    assert [m["status"] for m in metadata(log, "run_stop")] == ["success"]
+    assert values(log, "global_batch_size") == [32]  # the preset's, split over both workers
+    check = subprocess.run(["make", "--no-print-directory", "check", f"LOG={out}/mlperf.log"],
+                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert check.returncode == 0 and check.stdout.splitlines()[-1].startswith("PASSED")

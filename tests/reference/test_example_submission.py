@@ -33,3 +33,9 @@ def test_system_description_has_every_required_field():
     description = system_description("Org", "open", "1xCPU")
     assert set(SYSTEM_FIELDS) <= set(description)
     assert description["submitter"] == "Org" and description["division"] == "open"
+
+
+def test_help_is_for_users_and_free_of_tensorflow_start_up_lines():
+    result = run_module("reference.example_submission", "--help")
+    assert result.stderr == "" and "cuInit" not in result.stdout
+    assert result.stdout.startswith("usage: ")

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import tensorflow as tf
 
+from reference.run_pretraining import EXIT_INTERRUPTED, EXIT_TARGET_NOT_REACHED
 from tests.conftest import REPO
 from tests.reference import synthetic_data
 
@@ -214,6 +218,7 @@ def test_stop_steps_then_resume_continues_the_run(small_data, tmp_path):
     flags = [*as_flags(small_data), *as_flags(RESUME_FLAGS), f"--output_dir={out}"]
     first = run_trainer(*flags, "--stop_steps=20")
     assert "aborted at step 20, 1280 samples" in first.stdout
+    assert "stopped at --stop_steps=20" in first.stdout  # a pause asked for: exit status 0
     # The console: no MLPerf records, no TensorFlow start-up noise (it is in tensorflow.log),
     # a warning for the random start, a line per eval; the history of evals beside
     # eval_results.txt.
@@ -240,8 +245,12 @@ def test_stop_steps_then_resume_continues_the_run(small_data, tmp_path):
     assert [m["epoch_num"] for m in metadata(records, "eval_accuracy")] == [640, 1280]
     assert [m["status"] for m in metadata(records, "run_stop")] == ["aborted"]
 
-    second = run_trainer(*flags)
-    assert "aborted at step 40, 2560 samples" in second.stdout
+    second = run_trainer(*flags, check=False)
+    assert second.returncode == EXIT_TARGET_NOT_REACHED, second.stderr[-2000:]
+    assert second.stdout.rstrip().endswith(
+        "aborted at step 40, 2560 samples, masked_lm_accuracy "
+        f"{read_eval_results(out / 'eval_results.txt')['masked_lm_accuracy']:.5f}: the step "
+        "budget (--num_train_steps=40) ran out before the target 0.999 (exit status 4)")
     assert "no --init_checkpoint" not in second.stderr and "resumed from" in second.stderr
     records = read_mllog(out / "mlperf.log")
     resume = metadata(records, "resume")
@@ -257,6 +266,37 @@ def test_stop_steps_then_resume_continues_the_run(small_data, tmp_path):
     third = run_trainer(*flags)
     assert "already finished at step 40" in third.stdout
     assert len(read_mllog(out / "mlperf.log")) == len(records)  # nothing appended
+
+
+def test_ctrl_c_ends_with_one_line_saying_how_to_resume_and_the_same_command_resumes(
+        small_data, tmp_path):
+    out = tmp_path / "out"
+    flags = [*as_flags(small_data), *as_flags({**RESUME_FLAGS, "num_train_steps": 4000,
+                                               "keep_checkpoint_max": 0}),
+             f"--output_dir={out}"]
+    env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2")
+    process = subprocess.Popen([sys.executable, "-m", MODULE, *flags], env=env, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while not list(out.glob("model.ckpt-10.index")) and process.poll() is None \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == EXIT_INTERRUPTED, stderr[-3000:]
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
+    last = stderr.rstrip("\n").splitlines()[-1]
+    match = re.fullmatch(r"interrupted at step (\d+); run the same command to resume from "
+                         r"(.*model\.ckpt-(\d+))", last)
+    assert match, stderr[-2000:]
+    step, saved = int(match[1]), int(match[3])
+    assert 10 <= saved <= step
+    records = read_mllog(out / "mlperf.log")
+    assert [m["status"] for m in metadata(records, "run_stop")] == ["aborted"]
+    again = run_trainer(*flags, f"--stop_steps={saved + 10}")  # the same run, 10 steps more
+    resume = metadata(read_mllog(out / "mlperf.log"), "resume")
+    assert [r["global_step"] for r in resume] == [saved]
+    assert f"stopped at --stop_steps={saved + 10}" in again.stdout
 
 
 # ------------------------------------------------------------------------------ bad inputs
@@ -281,3 +321,11 @@ def test_config_that_does_not_fit_the_checkpoint_is_one_line(small_data, tmp_pat
     assert last.startswith("error: ") and "holds encoder layer 1" in last
     assert f"--bert_config_file={small_data['bert_config_file']}" in last
     assert "Traceback" not in result.stderr
+
+
+def test_help_is_for_users_and_states_the_exit_statuses():
+    result = run_trainer("--help", check=False)  # absl's --help exits with status 1
+    assert "docstring" not in result.stdout and "For maintainers" not in result.stdout
+    assert "4 the step\nbudget (--num_train_steps) ran out before the target" in result.stdout
+    assert "130 interrupted (Ctrl-C)" in result.stdout
+    assert "cuInit" not in result.stdout + result.stderr
