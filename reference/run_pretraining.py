@@ -16,7 +16,7 @@ accuracy >= --target_mlm_accuracy (success) or after --num_train_steps (aborted)
 is --mlperf_log (default OUTPUT_DIR/mlperf.log). The same command again resumes a killed run
 from its newest complete checkpoint, bit for bit, and refuses other run settings. Step counts
 are micro-steps of --train_batch_size records (x --steps_per_update per optimizer update). A
-problem with the flags or inputs is one line "error: ..." and exit status 1. README: "Train".
+problem with the flags or inputs is one line "error: ..." and exit status 1. More: docs/training.md.
 
 `main` wires the layers: flags and preset -> RunOptions (reference/run_options.py) -> the
 strategy -> preflight's CheckedInputs (reference/preflight.py) -> the run (reference/run_loop.py).
