@@ -11,7 +11,7 @@ A preprocess output is checked for what it is, a dataset this harness built:
    from the stage's record in `.state/`, every md5 with --rehash): this decides the exit
    status (1 when a file is missing or changed);
 2. the files it holds that have official values (`checksums/`) are compared with them. A build
-   from a dump is not byte-identical to the official text (see README, "What is bit-exact"), so
+   from a dump is not byte-identical to the official text (see docs/exactness.md), so
    there a difference is reported, not an error; a build from the official text
    (--results_text) must match, and a difference exits 1;
 3. the official files it does not hold are counted, not listed as missing: the inputs
@@ -108,8 +108,8 @@ def verify_preprocess_output(directory: str, rehash: bool) -> bool:
     if from_results:
         verdict = "a build from the official text must equal them" if differ else ""
     else:
-        verdict = ("expected: a build from a dump is not byte-identical to them, see README "
-                   "'What is bit-exact'" if differ else "")
+        verdict = ("expected: a build from a dump is not byte-identical to them, see "
+                   "docs/exactness.md" if differ else "")
     print(f"official: {equal} of the {len(held)} files here with official values equal them, "
           f"{differ} differ" + (f" ({verdict})" if verdict else ""))
     eval_md5 = checksums.locate(root, "results/eval.md5")

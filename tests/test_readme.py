@@ -1,6 +1,8 @@
-"""The README runs as written: every command of its `sh` blocks is either run here, in a
-scratch copy of the repository, or listed with the reason it cannot run offline on this
-machine (a test fails on a command that is neither, so a new one cannot slip by untested)."""
+"""The README and docs/ run as written: every command of their `sh` blocks is either run here,
+in a scratch copy of the repository, or listed with the reason it cannot run offline on this
+machine (a test fails on a command that is neither, so a new one cannot slip by untested). The
+README stays a short guide: at most 25 KB, its first command block within its first 40 lines,
+and every link into docs/ leads to a page and heading that exist."""
 from __future__ import annotations
 
 import os
@@ -15,7 +17,13 @@ REPO = Path(__file__).resolve().parents[1]
 # Commands the default suite runs, in this order, in one scratch copy.
 RUN = ["make smoke", "make preprocess", "make verify"]
 # Commands the slow suite runs after RUN (minutes on 2 cores).
-RUN_SLOW = ["make preprocess && make train", "make check LOG=build/train/demo/mlperf.log"]
+RUN_SLOW = ["make preprocess && make train", "make check LOG=build/train/demo/mlperf.log",
+            'make train TRAIN_OUT=build/train/demo-eval TRAIN_ARGS="--do_eval --nodo_train '
+            '--init_checkpoint=build/train/demo"']
+README = REPO / "README.md"
+DOCS = sorted((REPO / "docs").glob("*.md"))
+README_MAX_BYTES = 25 * 1024
+FIRST_COMMAND_BY_LINE = 40
 # Why the other commands are not run here (a fragment of the command -> the reason).
 NOT_RUN = {
     "make install": "it is how the suite's environment was made (CI runs it first)",
@@ -30,7 +38,10 @@ NOT_RUN = {
                     "code against the storage emulator)",
     "storage download gs://": "needs a GCS bucket (the emulator tests cover it)",
     "TPU=v3-128": "needs a TPU pod",
-    "GPU=": "needs 8 GPUs and the official checkpoint",
+    "GPU=": "needs GPUs and the official checkpoint",
+    "RESULTS=/data/": "needs the official results/ text (make download ARTIFACTS=results)",
+    "--cpu_devices=2": "a second demo run (minutes); tests/reference run the mirrored path",
+    "tensorboard --logdir": "a server that runs until it is stopped",
     "/data/bert/tfrecords": "needs the full dataset",
     "<org>": "a placeholder for the user's own submission",
     "training_results_v1.1": "needs the published results repository",
@@ -43,9 +54,9 @@ NOT_RUN = {
 }
 
 
-def commands() -> list[str]:
-    """Every command of the README's sh blocks (continuation lines joined, comments cut)."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+def commands(page: Path = README) -> list[str]:
+    """Every command of a page's sh blocks (continuation lines joined, comments cut)."""
+    text = page.read_text(encoding="utf-8")
     found = []
     for block in re.findall(r"```sh\n(.*?)```", text, re.S):
         for command in block.replace("\\\n", " ").splitlines():
@@ -55,11 +66,47 @@ def commands() -> list[str]:
     return found
 
 
-def test_every_readme_command_is_run_or_has_a_reason():
-    unaccounted = [c for c in commands() if c not in RUN + RUN_SLOW
+def heading_anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces
+    turned into hyphens."""
+    anchors = set()
+    for heading in re.findall(r"^#+ (.+)$", page.read_text(encoding="utf-8"), re.M):
+        anchors.add(re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-"))
+    return anchors
+
+
+@pytest.mark.parametrize("page", [README, *DOCS], ids=lambda page: page.name)
+def test_every_command_is_run_or_has_a_reason(page):
+    unaccounted = [c for c in commands(page) if c not in RUN + RUN_SLOW
                    and not any(fragment in c for fragment in NOT_RUN)]
     assert unaccounted == []
-    assert set(RUN + RUN_SLOW) <= set(commands())
+
+
+def test_the_commands_the_suite_runs_are_on_the_pages():
+    shown = {command for page in [README, *DOCS] for command in commands(page)}
+    assert set(RUN + RUN_SLOW) <= shown
+    assert set(RUN) <= set(commands(README))
+
+
+def test_the_readme_is_a_short_guide_with_a_command_early():
+    assert README.stat().st_size <= README_MAX_BYTES
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert "```sh" in lines[:FIRST_COMMAND_BY_LINE]
+
+
+@pytest.mark.parametrize("page", [README, *DOCS], ids=lambda page: page.name)
+def test_every_link_to_a_page_of_the_docs_resolves(page):
+    text = page.read_text(encoding="utf-8")
+    links = re.findall(r"\]\(([^)\s]+\.md)(?:#([^)\s]+))?\)", text)
+    if page == README:
+        assert any(target.startswith("docs/") for target, _ in links)
+    for target, anchor in links:
+        linked = (page.parent / target).resolve()
+        assert linked.is_file(), f"{page.name}: {target}"
+        if anchor:
+            assert anchor in heading_anchors(linked), f"{page.name}: {target}#{anchor}"
+    for anchor in re.findall(r"\]\(#([^)\s]+)\)", text):
+        assert anchor in heading_anchors(page), f"{page.name}: #{anchor}"
 
 
 @pytest.fixture(scope="module")

@@ -214,8 +214,9 @@ def test_verify_on_a_preprocess_output_fails_on_a_changed_or_missing_file(piped_
 
 
 def readme_by_hand_block() -> str:
-    """The README's one-script-at-a-time block (the sh block after 'One script at a time')."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    """The one-script-at-a-time block of docs/preprocess.md (the sh block after 'One script at a
+    time')."""
+    readme = (REPO / "docs" / "preprocess.md").read_text(encoding="utf-8")
     after = readme[readme.index("One script at a time on the"):]
     return after[after.index("```sh\n") + len("```sh\n"):after.index("\n```\n")]
 
