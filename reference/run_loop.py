@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import shutil
 import sys
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from absl import logging
 
 from benchmark import cadence, log_keys
+from benchmark.errors import UserError
 from reference.console import CallPace, LiveLine, duration, eval_line
 from reference.error_text import SetupError, tensorflow_failure, writing
 from reference.placement import Placement, place
@@ -33,6 +35,39 @@ if TYPE_CHECKING:  # TensorFlow-importing modules are imported where used (fast 
 
 class InternalError(RuntimeError):
     """A state the trainer must never be in (a bug, or counters crafted by hand); one line."""
+
+
+class TrainingDiverged(UserError):
+    """Training produced a non-finite loss, gradient norm or weight: the run stops at once
+    (its log ends with run_stop "aborted", no checkpoint of that state is saved); one line
+    naming the step."""
+
+
+# The values of Trainer.train_steps that must stay finite (gradient_norm where reported).
+FINITE_KEYS = ("total_loss", "masked_lm_loss", "next_sentence_loss", "gradient_norm")
+
+
+def diverged(losses: dict, fp16: bool) -> str | None:
+    """What is not finite in the values of one `Trainer.train_steps` call ("total_loss nan"),
+    or None. With fp16, non-finite values of a call whose updates loss scaling skipped are
+    what scaling is for, while the scale can still drop (above 1.0): not a divergence."""
+    bad = [f"{key} {losses[key]}" for key in FINITE_KEYS
+           if key in losses and not math.isfinite(losses[key])]
+    if bad and fp16 and losses["skipped_updates"] and losses["loss_scale"] > 1.0:
+        return None
+    return ", ".join(bad) or None
+
+
+def save_finite_checkpoint(manager, trainer) -> None:
+    """Save the trainer's state as checkpoint `<name>-<step>`, unless a weight is not finite
+    (TrainingDiverged then, and the last checkpoint stays the newest)."""
+    import tensorflow as tf
+    weights = trainer.model.trainable_variables
+    if not bool(tf.reduce_all([tf.reduce_all(tf.math.is_finite(w)) for w in weights])):
+        raise TrainingDiverged(f"training diverged at step {trainer.step}: the weights hold "
+                               f"non-finite values; not saved (last checkpoint: "
+                               f"{manager.latest_checkpoint or 'none'})")
+    save_checkpoint(manager, trainer.step)
 
 
 @dataclass
@@ -298,7 +333,7 @@ def _logged_run(run: _Run, point: ResumePoint | None, phase: _Phase) -> RunResul
         log.run_stop(result.status)
         stopped = True
         outputs.log_file.check()
-        save_checkpoint(manager, run.trainer.step)
+        save_finite_checkpoint(manager, run.trainer)
         logging.debug("run %s at step %d, %d samples; checkpoint %s", result.status,
                       run.trainer.step, run.trainer.samples, manager.latest_checkpoint)
     except BaseException:
@@ -440,7 +475,7 @@ class _TrainingLoop:
                 self._success()
                 break
             if save_due and self.update < self.budget_updates:  # after the eval at this step
-                save_checkpoint(self.manager, trainer.step)
+                save_finite_checkpoint(self.manager, trainer)
         self.live.close()
         with writing("--output_dir", self.train_folder):
             self.outputs.train_writer.flush()
@@ -484,7 +519,7 @@ class _TrainingLoop:
             reached, passed_save = self._host_call(iterator, eval_due)
             save_due = save_due or passed_save
             if save_due and not reached and self.update < self.budget_updates:
-                save_checkpoint(self.manager, trainer.step)
+                save_finite_checkpoint(self.manager, trainer)
                 save_due = False
         if self.run.inputs.packed:  # a packed block's sample count is known once it is trained
             log.block_start(first, trainer.samples - first, started_ms)
@@ -507,6 +542,7 @@ class _TrainingLoop:
         elapsed = max(time.time() - started, 1e-9)
         self.pace.took(losses["updates"], elapsed)
         self.update += losses["updates"]
+        self._stop_if_diverged(losses, before)
         reached = eval_due is not None and trainer.samples >= eval_due
         self.live.update(self._progress_line(losses, eval_due, reached))
         values = {key: losses[key] for key in ("total_loss", "masked_lm_loss",
@@ -517,6 +553,20 @@ class _TrainingLoop:
                           skipped_updates=losses["skipped_updates"])
         write_scalars(self.outputs.train_writer, self.train_folder, trainer.step, values)
         return reached, trainer.step // every > before // every
+
+    def _stop_if_diverged(self, losses: dict, before: int) -> None:
+        """TrainingDiverged naming the step when the call that began after micro-step `before`
+        gave non-finite values (`diverged`), before anything of that state is saved."""
+        problem = diverged(losses, self.options.compute.mixed_precision == "fp16")
+        if problem is None:
+            return
+        self.live.close()
+        steps = self.trainer.step - before
+        over = f" (the mean of steps {before + 1}..{self.trainer.step})" if steps > 1 else ""
+        raise TrainingDiverged(
+            f"training diverged at step {self.trainer.step}: {problem}{over}; stopped without "
+            f"saving it (last checkpoint: {self.manager.latest_checkpoint or 'none'}; a lower "
+            "--learning_rate, or the data, may be the cause)")
 
     def _evaluate(self) -> bool:
         """Evaluate, log and write the eval; returns whether it reached the target."""
