@@ -92,12 +92,13 @@ def preflight(options: RunOptions) -> CheckedInputs:
     evaluated = _check_eval_files(o, eval_files, id_ranges) if eval_files else None
     noncompliant = ()
     if evaluated and o.do_train and evaluated.sequences != constants.EVAL_SAMPLES:
-        if evaluated.layout.packed and o.submission.division == "closed":
-            raise UsageError(f"{o.eval.flag}: the packed eval files hold "
-                             f"{evaluated.sequences:,} sequences evaluated; a closed-division "
-                             f"run evaluates the {constants.EVAL_SAMPLES:,} of eval_10k (pack "
-                             "eval_10k alone)")
-        noncompliant = (f"the eval covers {evaluated.sequences:,} records, not the benchmark's "
+        # A closed-division BERT run evaluates the 10,000 samples of eval_10k (the reference
+        # README; benchmark.rules' bert/eval-samples holds a log to it). Fewer, packed or not,
+        # make the run open division, logged with the reason as every other non-benchmark
+        # setting of the run's data and target is (the demo's 500-record evals): one rule for
+        # both layouts, not a refusal for one and a downgrade for the other.
+        what = "sequences" if evaluated.layout.packed else "records"
+        noncompliant = (f"the eval covers {evaluated.sequences:,} {what}, not the benchmark's "
                         f"{constants.EVAL_SAMPLES:,}",)
     if o.model.init_checkpoint:
         _check_init_checkpoint(o)

@@ -26,7 +26,8 @@ from reference.preflight import CheckedInputs, prepare_output_dir
 from reference.resume import ResumePoint, find_resume_point, resumed_options, run_settings
 from reference.run_flags import UsageError
 from reference.run_options import RunOptions
-from reference.run_outputs import save_checkpoint, summary_writer, write_eval, write_scalars
+from reference.run_outputs import (output_dir_lock, save_checkpoint, summary_writer, write_eval,
+                                   write_scalars)
 
 if TYPE_CHECKING:  # TensorFlow-importing modules are imported where used (fast --help)
     from benchmark.mlperf_log import BertLogger
@@ -249,8 +250,11 @@ def train(options: RunOptions, inputs: CheckedInputs, strategy=None) -> RunResul
     --output_dir if there is one.
 
     strategy: the tf.distribute strategy (default: made from options.distribution).
-    Raises UsageError (before anything is logged) when OUTPUT_DIR holds a checkpoint of a run
-    with other run-defining settings, OutputError when an output cannot be written,
+    Raises InputError (before anything is written) when another live trainer holds OUTPUT_DIR
+    (`output_dir_lock`), UsageError (before anything is logged) when OUTPUT_DIR holds a
+    checkpoint of a run with other run-defining settings or only damaged checkpoints of a
+    started run, TrainingDiverged when a loss turns non-finite, OutputError when an output
+    cannot be written,
     InternalError when the training loop would not advance, and SetupError for a TensorFlow
     error before the first compiled training call has returned; an error after run_start ends
     the MLPerf log with run_stop "aborted" first.
@@ -259,14 +263,21 @@ def train(options: RunOptions, inputs: CheckedInputs, strategy=None) -> RunResul
     with _setup_failures(phase):
         placement = place(options, inputs, strategy)
         prepare_output_dir(options.output.output_dir)
-        options, point = _resume(options, inputs, placement.chief)
-        finished = point and point.finished(options.budget_steps)
-        if finished:
-            progress = point.progress
-            logging.warning("%s already %s at step %d (%d samples); nothing to train",
-                            point.checkpoint, finished, progress.step, progress.samples)
-            return RunResult("already-finished", progress.step, progress.samples)
-        return _logged_run(_Run(options, inputs, placement), point, phase)
+        with output_dir_lock(options.output.output_dir, placement.task):
+            return _train_locked(options, inputs, placement, phase)
+
+
+def _train_locked(options: RunOptions, inputs: CheckedInputs, placement: Placement,
+                  phase: _Phase) -> RunResult:
+    """`train` once this worker holds --output_dir's lock: resume or start, then run."""
+    options, point = _resume(options, inputs, placement.chief)
+    finished = point and point.finished(options.budget_steps)
+    if finished:
+        progress = point.progress
+        logging.warning("%s already %s at step %d (%d samples); nothing to train",
+                        point.checkpoint, finished, progress.step, progress.samples)
+        return RunResult("already-finished", progress.step, progress.samples)
+    return _logged_run(_Run(options, inputs, placement), point, phase)
 
 
 def _resume(options: RunOptions, inputs: CheckedInputs,
@@ -276,7 +287,7 @@ def _resume(options: RunOptions, inputs: CheckedInputs,
     from reference import checkpoint as ckpt
     from reference.trainer import CHECKPOINT_NAME
     output_dir = options.output.output_dir
-    point = find_resume_point(output_dir)
+    point = find_resume_point(output_dir, options.output.mlperf_log)
     if point:
         options = resumed_options(options, inputs, point)
     if chief:

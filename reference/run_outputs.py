@@ -1,17 +1,32 @@
 """What a run writes in --output_dir besides the MLPerf log: checkpoints, eval_results.txt (the
 last eval), eval_history.csv (every eval) and TensorBoard scalars. A write that fails is an
-OutputError naming the file.
+OutputError naming the file. A training run holds the folder's lock (`output_dir_lock`).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
 from absl import logging
 
+from cleanup_scripts.fileio import exclusive_lock
 from reference.error_text import writing
 
 EVAL_RESULTS = "eval_results.txt"
 EVAL_HISTORY = "eval_history.csv"
+
+
+def output_dir_lock(output_dir: str, task: int):
+    """The context in which this worker (`task`: its index) of a training run holds the lock
+    of the local folder `output_dir` (preprocess's `exclusive_lock`: released by the OS when
+    the process ends, kill -9 included), so that a second trainer started into the same folder
+    is refused in one line (InputError naming its holder) before it writes anything. A remote
+    folder (gs://...) cannot be locked: no lock."""
+    if "://" in output_dir:
+        return contextlib.nullcontext()
+    name = ".lock" if task == 0 else f".lock-worker-{task}"
+    return exclusive_lock(os.path.join(output_dir, name), f"--output_dir={output_dir}",
+                          "trainer")
 
 
 def save_checkpoint(manager, step: int) -> None:
