@@ -102,7 +102,31 @@ def preflight(options: RunOptions) -> CheckedInputs:
                         f"{constants.EVAL_SAMPLES:,}",)
     if o.model.init_checkpoint:
         _check_init_checkpoint(o)
+    if o.do_train:
+        check_output_dir_holds_no_input(o.output.output_dir, [
+            ("--input_file", train.files), (o.eval.flag, eval_files),
+            ("--init_checkpoint", [o.model.init_checkpoint] if o.model.init_checkpoint else [])])
     return CheckedInputs(config, id_ranges, train, evaluated, noncompliant)
+
+
+def _resolved(path: str) -> str:
+    """`path` with links and `..` resolved (local), or without a trailing / (gs://...)."""
+    return path.rstrip("/") if "://" in path else os.path.realpath(path)
+
+
+def check_output_dir_holds_no_input(output_dir: str, inputs: list[tuple[str, list[str]]]
+                                    ) -> None:
+    """UsageError naming the flag and file when a training run's --output_dir is, or holds
+    (after resolving links), one of its inputs (`inputs`: (flag, paths) pairs; a checkpoint
+    by its prefix): the run writes checkpoints, logs and summaries there, which a pattern or
+    a resume would take for its own, and a data folder is no place for them."""
+    folder = _resolved(output_dir)
+    for flag, paths in inputs:
+        for path in paths:
+            resolved = _resolved(path)
+            if resolved == folder or resolved.startswith(folder.rstrip("/") + "/"):
+                raise UsageError(f"--output_dir={output_dir}: holds {path} of {flag}; a "
+                                 "training run writes into a folder of its own")
 
 
 def _check_train_files(o: RunOptions, id_ranges: IdRanges) -> TrainRecords:

@@ -201,25 +201,33 @@ def evaluate_only(options: RunOptions, inputs: CheckedInputs, strategy=None) -> 
     --output_dir; writes eval_results.txt.
 
     strategy: the tf.distribute strategy (default: made from options.distribution). A
-    TensorFlow error on the way is a SetupError.
+    TensorFlow error on the way is a SetupError; another run holding --output_dir an
+    InputError (`output_dir_lock`).
     """
     with _setup_failures(_Phase()):
         run = _Run(options, inputs, place(options, inputs, strategy))
         output_dir = options.output.output_dir
         prepare_output_dir(output_dir)
-        trainer = run.build_trainer()
-        _restore_for_eval(trainer, options.model.init_checkpoint, output_dir)
-        started = time.time()
-        metrics = run.evaluate(run.eval_dataset())
-        logging.info("eval of %d records in %.1f s: masked_lm_accuracy %.5f, masked_lm_loss "
-                     "%.4f, next_sentence_accuracy %.4f", inputs.eval.sequences,
-                     time.time() - started, metrics["masked_lm_accuracy"],
-                     metrics["masked_lm_loss"], metrics["next_sentence_accuracy"])
-        if run.placement.chief:
-            write_eval(output_dir, trainer.step, trainer.samples, metrics,
-                       summary_writer(output_dir, "eval", chief=True))
-        return RunResult("evaluated", trainer.step, trainer.samples,
-                         [(trainer.samples, metrics)])
+        with output_dir_lock(output_dir, run.placement.task):
+            return _evaluate_locked(run, options, inputs)
+
+
+def _evaluate_locked(run: _Run, options: RunOptions, inputs: CheckedInputs) -> RunResult:
+    """`evaluate_only` once this worker holds --output_dir's lock."""
+    output_dir = options.output.output_dir
+    trainer = run.build_trainer()
+    _restore_for_eval(trainer, options.model.init_checkpoint, output_dir)
+    started = time.time()
+    metrics = run.evaluate(run.eval_dataset())
+    logging.info("eval of %d records in %.1f s: masked_lm_accuracy %.5f, masked_lm_loss "
+                 "%.4f, next_sentence_accuracy %.4f", inputs.eval.sequences,
+                 time.time() - started, metrics["masked_lm_accuracy"],
+                 metrics["masked_lm_loss"], metrics["next_sentence_accuracy"])
+    if run.placement.chief:
+        write_eval(output_dir, trainer.step, trainer.samples, metrics,
+                   summary_writer(output_dir, "eval", chief=True))
+    return RunResult("evaluated", trainer.step, trainer.samples,
+                     [(trainer.samples, metrics)])
 
 
 def _restore_for_eval(trainer, init_checkpoint: str | None, output_dir: str) -> None:

@@ -13,20 +13,35 @@ from cleanup_scripts.fileio import exclusive_lock
 from reference.error_text import writing
 
 EVAL_RESULTS = "eval_results.txt"
+LOCK_NAME = ".lock"  # the chief's lock file; other workers' add -worker-<task>
 EVAL_HISTORY = "eval_history.csv"
 
 
 def output_dir_lock(output_dir: str, task: int):
-    """The context in which this worker (`task`: its index) of a training run holds the lock
-    of the local folder `output_dir` (preprocess's `exclusive_lock`: released by the OS when
-    the process ends, kill -9 included), so that a second trainer started into the same folder
-    is refused in one line (InputError naming its holder) before it writes anything. A remote
-    folder (gs://...) cannot be locked: no lock."""
+    """The context in which this worker (`task`: its index) of a run holds the lock of the
+    local folder `output_dir` (preprocess's `exclusive_lock`: released by the OS when the
+    process ends, kill -9 included), so that a second trainer or eval-only run started into
+    the same folder is refused in one line (InputError naming its holder) before it writes
+    anything. A remote folder (gs://...) cannot be locked: no lock."""
     if "://" in output_dir:
         return contextlib.nullcontext()
-    name = ".lock" if task == 0 else f".lock-worker-{task}"
+    name = LOCK_NAME if task == 0 else f"{LOCK_NAME}-worker-{task}"
     return exclusive_lock(os.path.join(output_dir, name), f"--output_dir={output_dir}",
                           "trainer")
+
+
+def held_by_this_process(output_dir: str) -> bool:
+    """Whether this process holds or held a lock of the local folder `output_dir` (a lock
+    file there names it as its last holder): the folder is this run's to write in."""
+    try:
+        names = [name for name in os.listdir(output_dir) if name.startswith(LOCK_NAME)]
+    except OSError:
+        return False
+    for name in names:
+        with contextlib.suppress(OSError), open(os.path.join(output_dir, name), "rb") as handle:
+            if handle.read(4096).startswith(f"pid {os.getpid()} on ".encode()):
+                return True
+    return False
 
 
 def save_checkpoint(manager, step: int) -> None:

@@ -6,6 +6,7 @@ into the same folder and log. Real trainer subprocesses on the tiny synthetic da
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from reference.preflight import check_output_dir_holds_no_input
+from reference.run_flags import UsageError
 from tests.conftest import REPO
 from tests.reference import synthetic_data
 from tests.reference.test_bad_inputs import assert_one_error_line
@@ -80,3 +83,37 @@ def test_a_started_run_whose_checkpoints_are_all_damaged_is_refused(data, tmp_pa
                                   "(model.ckpt-8, model.ckpt-4; the warnings above say how); "
                                   "restore one or use a new --output_dir")
     assert (out / "mlperf.log").read_text() == log_before
+
+
+def test_output_dir_that_holds_the_training_data_is_refused_before_anything_is_written(
+        data, tmp_path):
+    folder = Path(data["bert_config_file"]).parent
+    before = sorted(folder.iterdir())
+    result = run_cli(data, folder)
+    assert_one_error_line(result, f"error: --output_dir={folder}: holds "
+                                  f"{folder / 'part-00000-of-00002'} of --input_file; a training "
+                                  "run writes into a folder of its own")
+    assert sorted(folder.iterdir()) == before
+
+
+@pytest.mark.parametrize("output, flag, held", [
+    ("link", "--input_file", "part-00000-of-00002"),  # the data folder through a link
+    ("..", "--input_file", "part-00000-of-00002"),     # a folder above it
+    ("eval_10k", "--eval_file", "eval_10k"),           # an input file itself
+    ("out", "--init_checkpoint", "out/model.ckpt-28252"),
+])
+def test_output_dir_that_is_or_holds_an_input_is_refused(data, tmp_path, output, flag, held):
+    folder = Path(data["bert_config_file"]).parent
+    (folder / "link").unlink(missing_ok=True)
+    (folder / "link").symlink_to(folder)
+    extra = {}
+    if flag == "--init_checkpoint":
+        extra["init_checkpoint"] = folder / "out" / "model.ckpt-28252"
+    with pytest.raises(UsageError, match=f"^--output_dir={re.escape(str(folder / output))}: "
+                                         f"holds {re.escape(str(folder / held))} of {flag}; "):
+        check_output_dir_holds_no_input(str(folder / output), [
+            ("--input_file", sorted(str(p) for p in folder.glob("part-*"))),
+            ("--eval_file", [str(folder / "eval_10k")]),
+            ("--init_checkpoint", [str(extra["init_checkpoint"])] if extra else [])])
+    check_output_dir_holds_no_input(str(tmp_path / "elsewhere"), [
+        ("--input_file", [str(folder / "part-00000-of-00002")])])
