@@ -171,10 +171,6 @@ class IdRanges:
             return {name: tf.identity(value) for name, value in features.items()}
 
 
-def _exclusive_cumsum(values: tf.Tensor) -> tf.Tensor:
-    return tf.math.cumsum(values, axis=1, exclusive=True)
-
-
 def row_checks(features: dict[str, tf.Tensor], layout: RecordLayout) -> list[tf.Operation]:
     """Assertions over a parsed [B] batch (int64 features) that fail (InvalidArgumentError)
     when a row is not what the layout promises, checked whole-batch at once: unpacked, no
@@ -190,25 +186,28 @@ def row_checks(features: dict[str, tf.Tensor], layout: RecordLayout) -> list[tf.
         in_padding = tf.gather(features["input_mask"], inside, batch_dims=1) == 0
         return [tf.debugging.Assert(tf.reduce_all(~(in_padding & (weights != 0))),
                                     ["a real masked position lies in the padding"])]
-    ids = features["sequence_ids"]
+    ids = tf.cast(features["sequence_ids"], tf.int32)
+    positions_in_row = tf.cast(features["position_ids"], tf.int32)
     real = ids != 0
     steps = ids[:, 1:] - ids[:, :-1]
     contiguous = tf.reduce_all(ids[:, 0] == 1) & tf.reduce_all(
         ~real[:, 1:] | (real[:, :-1] & ((steps == 0) | (steps == 1))))
+    # Given contiguous ids: a sequence's positions are 0 at its first token, then +1 each.
+    counting = tf.reduce_all(positions_in_row[:, 0] == 0) & tf.reduce_all(
+        ~real[:, 1:] | tf.where(steps != 0, positions_in_row[:, 1:] == 0,
+                                positions_in_row[:, 1:] == positions_in_row[:, :-1] + 1))
     slots = layout.max_sequences
-    lengths = tf.reduce_sum(tf.one_hot(ids, slots + 1, dtype=tf.int64), axis=1)[:, 1:]
-    starts = _exclusive_cumsum(lengths)  # [B, K]: each sequence's first token
-    count = tf.reduce_max(ids, axis=1, keepdims=True)
-    token_start = tf.gather(starts, tf.clip_by_value(ids - 1, 0, slots - 1), batch_dims=1)
-    expected = tf.range(tf.shape(ids, out_type=tf.int64)[1])[None, :] - token_start
-    used = tf.range(slots, dtype=tf.int64)[None, :] < count
-    owners = tf.gather(ids, tf.clip_by_value(positions, 0, layout.max_seq_length - 1),
+    used = tf.range(slots)[None, :] < tf.reduce_max(ids, axis=1, keepdims=True)
+    last = layout.max_seq_length - 1  # positions out of range are IdRanges' to name
+    cls = tf.clip_by_value(tf.cast(features["next_sentence_positions"], tf.int32), 0, last)
+    owners = tf.gather(ids, tf.clip_by_value(tf.cast(positions, tf.int32), 0, last),
                        batch_dims=1)
     predicted = weights != 0
     structured = (
-        tf.reduce_all(~real | (features["position_ids"] == expected))
+        counting
         & tf.reduce_all(features["next_sentence_weights"] == tf.cast(used, tf.float32))
-        & tf.reduce_all(~used | (features["next_sentence_positions"] == starts))
+        & tf.reduce_all(~used | ((tf.gather(ids, cls, batch_dims=1) == tf.range(1, slots + 1))
+                                 & (tf.gather(positions_in_row, cls, batch_dims=1) == 0)))
         & tf.reduce_all(~predicted | (owners != 0))
         & tf.reduce_all(~(predicted[:, 1:] & predicted[:, :-1])
                         | (owners[:, 1:] >= owners[:, :-1])))

@@ -56,6 +56,13 @@ def restarting_late(columns: dict, row: int) -> None:
     columns["next_sentence_weights"][row, 1] = 1.0
 
 
+def cls_elsewhere(columns: dict, row: int) -> None:
+    """Two well-formed sequences, the second's [CLS] said to be one token early."""
+    restarting_late(columns, row)
+    columns["position_ids"][row, SEQ // 2:] -= SEQ // 2
+    columns["next_sentence_positions"][row, 1] = SEQ // 2 - 1
+
+
 def masked_in_padding(columns: dict, row: int) -> None:
     """Unpacked: the last four tokens padding, a real prediction among them."""
     columns["input_mask"][row, -4:] = 0
@@ -73,6 +80,8 @@ CASES = {  # (layout, damage, what the scan says)
     "gapped": (PACKED, gapped, CONTIGUOUS),
     "positions": (PACKED, restarting_late, "position_ids do not restart at 0 with each "
                                            "sequence"),
+    "cls": (PACKED, cls_elsewhere, "next_sentence_positions do not point at each sequence's "
+                                   "first token"),
     "padding": (UNPACKED, masked_in_padding, "a real masked position lies in the padding "
                                              "(input_mask 0)"),
 }
