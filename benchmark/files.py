@@ -60,6 +60,28 @@ def temporary_name(path: str | os.PathLike) -> Path:
     return path.with_name(f".{path.name}.partial-{os.getpid()}")
 
 
+def remove_stale_temporaries(path: str | os.PathLike) -> list[Path]:
+    """Remove the temporaries of `path` (`temporary_name`'s `.NAME.partial-PID`, regular files
+    beside it) that a process which no longer runs left behind (kill -9); nothing else, and
+    never a live writer's. Returns the files removed."""
+    path = Path(path)
+    prefix = f".{path.name}.partial-"
+    removed = []
+    try:
+        entries = list(os.scandir(path.parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        pid = entry.name[len(prefix):]
+        if not entry.name.startswith(prefix) or not pid.isdigit() or _alive(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            if entry.is_file(follow_symlinks=False):
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+    return removed
+
+
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike, mode: str = "w", **open_kwargs) -> Iterator[IO]:
     """Open a temporary file beside `path`; rename it to `path` only if the block succeeds.

@@ -19,9 +19,14 @@ records, is held in about 0.4 GB as token arrays). Two passes over the inputs:
    masked-LM width (a limit derived from the data, about 80 for 512-token rows of the
    official records, not 3 x 76);
 2. per file, the records are read again, placed by the plan (`assign_sequences`), the rows
-   shuffled with a seed from --random_seed and the file's name, and written atomically.
+   shuffled with a seed from --random_seed and the file's name, and written to a temporary
+   beside the output; once every file is packed, the temporaries are renamed to their final
+   names (a run that fails or is interrupted leaves none of its outputs; the temporaries a
+   killed run left are removed by the next run that writes the same outputs).
 Same inputs and flags, same bytes. One input: --output_file is the output file; several:
---output_file is a folder and each packed file keeps its input's name.
+--output_file is a folder and each packed file keeps its input's name. An output that is one
+of the inputs (through a link too), or a folder holding them, is refused before anything is
+written.
 
 Input records must be create_pretraining_data's: input_mask 1s then 0s, real predictions those
 of non-zero weight, inside the sequence. Anything else is a one-line error naming the file and
@@ -29,6 +34,7 @@ record, and no output is left under a final name.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import itertools
@@ -43,7 +49,9 @@ from absl import app, flags
 from benchmark import constants
 from benchmark.errors import exit_on_user_error
 from cleanup_scripts.create_pretraining_data import range_indices
-from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir, expand_inputs
+from benchmark.files import remove_stale_temporaries
+from cleanup_scripts.fileio import (InputError, disk_full, ensure_dir, expand_inputs, printable,
+                                    temporary_name)
 from cleanup_scripts.packing import PackStats, Rows, most_per_row, pack_lengths
 from cleanup_scripts.pretraining_features import (RecordLayout, encode_examples, feature_problem,
                                                   read_records, tf_feature_spec, write_records)
@@ -51,8 +59,9 @@ from cleanup_scripts.runner import (map_in_workers, peak_rss_mb, shared_workers,
                                     worker_count)
 
 MAX_SEQUENCES_PER_PACK = 3  # NVIDIA's and Graphcore's choice: 3 gives ~2x on the official data
-PARSE_CHUNK = 2048  # records parsed per TensorFlow call
-WRITE_CHUNK = 1024  # rows encoded at once
+MAX_SEQ_LENGTH = 8192  # 16x the benchmark's rows; longer ones would only exhaust memory
+PARSE_TOKENS = 2048 * 512  # tokens of the records parsed per TensorFlow call
+WRITE_TOKENS = 1024 * 512  # tokens of the rows encoded at once
 
 
 @dataclass(frozen=True)
@@ -67,8 +76,9 @@ class PackOptions:
 
 def check_options(options: PackOptions) -> None:
     """InputError (one line naming the flag) for settings the packer cannot work with."""
-    if not 2 <= options.max_seq_length:
-        raise InputError(f"--max_seq_length={options.max_seq_length}: must be at least 2")
+    if not 2 <= options.max_seq_length <= MAX_SEQ_LENGTH:
+        raise InputError(f"--max_seq_length={options.max_seq_length}: must be between 2 and "
+                         f"{MAX_SEQ_LENGTH}")
     if not 1 <= options.max_predictions_per_seq <= options.max_seq_length:
         raise InputError(f"--max_predictions_per_seq={options.max_predictions_per_seq}: must "
                          "be between 1 and --max_seq_length")
@@ -90,7 +100,8 @@ def _parse_chunks(path: str, options: PackOptions, names: tuple[str, ...]):
             if name in names}
     records = read_records(path)
     first = 0
-    while chunk := list(itertools.islice(records, PARSE_CHUNK)):
+    while chunk := list(itertools.islice(records,
+                                         max(1, PARSE_TOKENS // options.max_seq_length))):
         try:
             parsed = tf.io.parse_example(tf.constant(chunk), spec)
         except tf.errors.InvalidArgumentError:
@@ -292,19 +303,25 @@ def row_order(data: Sequences, options: PackOptions, seed: int) -> Rows:
     return Rows(out_row[by_output], rows.slot[by_output], rows.sequence[by_output], rows.count)
 
 
-def pack_file(job: tuple[str, str, PackOptions, int]) -> PackStats:
-    """Pass 2 for one file (job: input path, output path, options, the rows' masked-LM width):
-    write its packed rows, shuffled; returns its counts."""
-    path, output, options, max_predictions = job
+def pack_file(job: tuple[str, str, str, PackOptions, int]) -> PackStats:
+    """Pass 2 for one file (job: input path, output path, the temporary the rows are written
+    to, options, the rows' masked-LM width): write its packed rows, shuffled, to the temporary
+    (the caller renames it); returns its counts."""
+    path, output, temporary, options, max_predictions = job
     data = read_sequences(path, options)
     order = row_order(data, options, file_seed(options.random_seed, path))
     layout = RecordLayout(True, options.max_seq_length, max_predictions,
                           options.max_sequences_per_pack)
-    with atomic_output(output, "wb") as handle:
-        for begin in range(0, order.count, WRITE_CHUNK):
-            columns = row_columns(data, order, begin, min(WRITE_CHUNK, order.count - begin),
-                                  layout)
-            write_records(handle, encode_examples(columns))
+    rows_at_once = max(1, WRITE_TOKENS // options.max_seq_length)
+    try:
+        with open(temporary, "wb") as handle:
+            for begin in range(0, order.count, rows_at_once):
+                columns = row_columns(data, order, begin,
+                                      min(rows_at_once, order.count - begin), layout)
+                write_records(handle, encode_examples(columns))
+    except OSError as err:
+        raise disk_full(output, err) or InputError(
+            f"{output}: cannot write output ({err.strerror})") from err
     return PackStats(int(data.lengths.size), order.count, int(data.lengths.sum()),
                      options.max_seq_length)
 
@@ -313,9 +330,19 @@ def pack_file(job: tuple[str, str, PackOptions, int]) -> PackStats:
 
 def output_paths(input_files: list[str], output_file: str) -> list[str]:
     """Where each input's packed rows go: `output_file` itself for one input, else
-    `output_file/<input's name>` (InputError if two inputs share a name)."""
+    `output_file/<input's name>`. InputError if two inputs share a name, if one input's
+    `output_file` is a folder, or if the folder of several holds an input (or is its folder)."""
     if len(input_files) == 1 and not output_file.endswith(os.sep):
+        if os.path.isdir(output_file):
+            raise InputError(f"--output_file={printable(output_file)}: is a folder; with one "
+                             "input it names the packed file (end it with / to write into it)")
         return [output_file]
+    folder = os.path.realpath(output_file)
+    for path in input_files:
+        if os.path.realpath(path).startswith(folder.rstrip(os.sep) + os.sep):
+            raise InputError(f"--output_file={printable(output_file)}: holds the input "
+                             f"{printable(path)}; the packed files must go to a folder of their "
+                             "own, not over or beside their inputs")
     names = [os.path.basename(path) for path in input_files]
     if len(set(names)) != len(names):
         raise InputError(f"--output_file={output_file}: two inputs share a file name, so "
@@ -341,19 +368,58 @@ class PackResult:
                 f"{peak_rss_mb():.0f} MB")
 
 
+def refuse_inputs_as_outputs(input_files: list[str], output_files: list[str]) -> None:
+    """InputError naming the output when one of `output_files` is one of `input_files`: the
+    same path, or the same file through a symbolic or hard link."""
+    inputs = {os.path.realpath(path): path for path in input_files}
+    for output in output_files:
+        same = inputs.get(os.path.realpath(output))
+        if same is None and os.path.exists(output):
+            same = next((path for path in input_files if os.path.samefile(path, output)), None)
+        if same is not None:
+            raise InputError(f"--output_file={printable(output)}: is the input "
+                             f"{printable(same)} (the same file); packing would overwrite it")
+
+
 def pack_files(input_files: list[str], output_files: list[str], options: PackOptions,
                nworker: int = 0, max_predictions: int | None = None) -> PackResult:
-    """Pack `input_files` into `output_files` (one each, written atomically).
+    """Pack `input_files` into `output_files` (one each), all or nothing: the files are
+    written to temporaries and renamed once every one is done; a failure removes them.
 
     max_predictions: the rows' masked-LM width; None derives it from the data (pass 1).
-    Raises InputError (one line) for bad options or records; no output is left half-written.
+    Raises InputError (one line) for bad options or records, no inputs, or an output that is
+    an input (nothing is written then); no output of a failed run is left.
     """
     check_options(options)
     started = time.time()
+    if not input_files:
+        raise InputError("--input_file: names no files")
     if len(output_files) != len(input_files):
         raise InputError("--output_file: one output per input file is needed")
+    refuse_inputs_as_outputs(input_files, output_files)
     for path in output_files:
         ensure_dir(os.path.dirname(os.path.abspath(path)))
+        remove_stale_temporaries(path)
+    temporaries = [str(temporary_name(path)) for path in output_files]
+    try:
+        stats, width = _pack_into(input_files, output_files, temporaries, options, nworker,
+                                  max_predictions)
+        for temporary, path in zip(temporaries, output_files):
+            os.replace(temporary, path)
+    except BaseException:
+        for temporary in temporaries:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
+        raise
+    layout = RecordLayout(True, options.max_seq_length, width, options.max_sequences_per_pack)
+    return PackResult(stats, layout, time.time() - started, total_bytes(input_files))
+
+
+def _pack_into(input_files: list[str], output_files: list[str], temporaries: list[str],
+               options: PackOptions, nworker: int, max_predictions: int | None
+               ) -> tuple[PackStats, int]:
+    """Both passes, the rows of each input written to its temporary; returns the counts and
+    the rows' masked-LM width."""
     stats = PackStats(max_seq_length=options.max_seq_length)
     # One pool of spawned workers for both passes: each imports TensorFlow once.
     nworker = min(worker_count(nworker), len(input_files))
@@ -362,12 +428,12 @@ def pack_files(input_files: list[str], output_files: list[str], options: PackOpt
         scans = map_in_workers(scan_file, [(path, options) for path in input_files], nworker,
                                desc="pack: scan", start_method="spawn", sizes=sizes)
         width = max(max_predictions or max(scan.max_row_predictions for scan in scans), 1)
-        for done in map_in_workers(pack_file, [(path, output, options, width) for path, output
-                                               in zip(input_files, output_files)], nworker,
-                                   desc="pack: write", start_method="spawn", sizes=sizes):
+        jobs = [(path, output, temporary, options, width) for path, output, temporary
+                in zip(input_files, output_files, temporaries)]
+        for done in map_in_workers(pack_file, jobs, nworker, desc="pack: write",
+                                   start_method="spawn", sizes=sizes):
             stats.add(done)
-    layout = RecordLayout(True, options.max_seq_length, width, options.max_sequences_per_pack)
-    return PackResult(stats, layout, time.time() - started, total_bytes(input_files))
+    return stats, width
 
 
 def define_flags() -> None:

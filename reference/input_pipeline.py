@@ -171,15 +171,61 @@ class IdRanges:
             return {name: tf.identity(value) for name, value in features.items()}
 
 
+def row_checks(features: dict[str, tf.Tensor], layout: RecordLayout) -> list[tf.Operation]:
+    """Assertions over a parsed [B] batch (int64 features) that fail (InvalidArgumentError)
+    when a row is not what the layout promises, checked whole-batch at once: unpacked, no
+    real prediction (weight != 0) in the padding (input_mask 0); packed, the structure that
+    `packed_row_problem` checks one row at a time (sequence ids 1..k then 0, positions that
+    restart with each sequence, next-sentence slots and weights of the k sequences, real
+    predictions inside the sequences and in their order). A row these fail,
+    `packed_row_problem` / `_bad_unpacked_row` fail too, so the scan names it."""
+    weights = features["masked_lm_weights"]
+    positions = features["masked_lm_positions"]
+    if not layout.packed:
+        inside = tf.clip_by_value(positions, 0, layout.max_seq_length - 1)  # IdRanges' own
+        in_padding = tf.gather(features["input_mask"], inside, batch_dims=1) == 0
+        return [tf.debugging.Assert(tf.reduce_all(~(in_padding & (weights != 0))),
+                                    ["a real masked position lies in the padding"])]
+    ids = tf.cast(features["sequence_ids"], tf.int32)
+    positions_in_row = tf.cast(features["position_ids"], tf.int32)
+    real = ids != 0
+    steps = ids[:, 1:] - ids[:, :-1]
+    contiguous = tf.reduce_all(ids[:, 0] == 1) & tf.reduce_all(
+        ~real[:, 1:] | (real[:, :-1] & ((steps == 0) | (steps == 1))))
+    # Given contiguous ids: a sequence's positions are 0 at its first token, then +1 each.
+    counting = tf.reduce_all(positions_in_row[:, 0] == 0) & tf.reduce_all(
+        ~real[:, 1:] | tf.where(steps != 0, positions_in_row[:, 1:] == 0,
+                                positions_in_row[:, 1:] == positions_in_row[:, :-1] + 1))
+    slots = layout.max_sequences
+    used = tf.range(slots)[None, :] < tf.reduce_max(ids, axis=1, keepdims=True)
+    last = layout.max_seq_length - 1  # positions out of range are IdRanges' to name
+    cls = tf.clip_by_value(tf.cast(features["next_sentence_positions"], tf.int32), 0, last)
+    owners = tf.gather(ids, tf.clip_by_value(tf.cast(positions, tf.int32), 0, last),
+                       batch_dims=1)
+    predicted = weights != 0
+    structured = (
+        counting
+        & tf.reduce_all(features["next_sentence_weights"] == tf.cast(used, tf.float32))
+        & tf.reduce_all(~used | ((tf.gather(ids, cls, batch_dims=1) == tf.range(1, slots + 1))
+                                 & (tf.gather(positions_in_row, cls, batch_dims=1) == 0)))
+        & tf.reduce_all(~predicted | (owners != 0))
+        & tf.reduce_all(~(predicted[:, 1:] & predicted[:, :-1])
+                        | (owners[:, 1:] >= owners[:, :-1])))
+    return [tf.debugging.Assert(contiguous & structured,
+                                ["a packed row is not well formed"])]
+
+
 def parse_batch(serialized: tf.Tensor, layout: RecordLayout,
                 id_ranges: IdRanges | None = None) -> dict[str, tf.Tensor]:
     """Parse a [B] batch of serialized examples of `layout`; int64 features become int32.
 
-    id_ranges: assert that every id is in range (see `IdRanges.assert_in_range`).
+    id_ranges: assert that every id is in range (see `IdRanges.assert_in_range`) and that every
+    row is well formed (`row_checks`): the training stream checks each record it reads.
     """
     features = tf.io.parse_example(serialized, tf_feature_spec(layout))
     if id_ranges is not None:
-        features = id_ranges.assert_in_range(features, layout)
+        with tf.control_dependencies(row_checks(features, layout)):
+            features = id_ranges.assert_in_range(features, layout)
     return {name: tf.cast(value, tf.int32) if value.dtype == tf.int64 else value
             for name, value in features.items()}
 
@@ -235,6 +281,18 @@ def _first_unparsable(path: str, first_index: int, records: list[bytes],
     return None
 
 
+def _bad_unpacked_row(columns: Mapping[str, np.ndarray]) -> tuple[int, str] | None:
+    """The first unpacked row of parsed columns with a real prediction (weight != 0) in its
+    padding (input_mask 0), with the problem; positions out of range are IdRanges' to name."""
+    mask, positions = columns["input_mask"], columns["masked_lm_positions"]
+    inside = (positions >= 0) & (positions < mask.shape[1])
+    held = np.take_along_axis(mask, np.where(inside, positions, 0), axis=1)
+    rows = np.flatnonzero((inside & (held == 0) & (columns["masked_lm_weights"] != 0))
+                          .any(axis=1))
+    return (int(rows[0]), "a real masked position lies in the padding (input_mask 0)") \
+        if rows.size else None
+
+
 def _bad_packed_row(columns: Mapping[str, np.ndarray]) -> tuple[int, str] | None:
     """The first packed row of parsed columns whose structure is wrong, with the problem."""
     for row in range(len(columns["sequence_ids"])):
@@ -247,8 +305,8 @@ def _bad_packed_row(columns: Mapping[str, np.ndarray]) -> tuple[int, str] | None
 def _bad_in_chunk(path: str, first_index: int, records: list[bytes], layout: RecordLayout,
                   id_ranges: IdRanges | None = None) -> BadRecord | None:
     """The first of `records` (indices first_index, first_index + 1, ... of `path`) that does
-    not parse with the expected shapes, is not a well-formed packed row (packed layouts) or,
-    given id_ranges, holds a value out of range."""
+    not parse with the expected shapes, is not a well-formed row (`_bad_packed_row`,
+    `_bad_unpacked_row`) or, given id_ranges, holds a value out of range."""
     spec = tf_feature_spec(layout)
     try:
         columns = tf.io.parse_example(tf.constant(records), spec)
@@ -256,13 +314,12 @@ def _bad_in_chunk(path: str, first_index: int, records: list[bytes], layout: Rec
     except tf.errors.InvalidArgumentError:
         bad = _first_unparsable(path, first_index, records, layout)
         records = records[:bad.index - first_index] if bad else []  # those before it parse
-        columns = tf.io.parse_example(tf.constant(records), spec) \
-            if records and (id_ranges or layout.packed) else None
-    if records and (id_ranges is not None or layout.packed):
+        columns = tf.io.parse_example(tf.constant(records), spec) if records else None
+    if records:
         arrays = {name: value.numpy() for name, value in columns.items()}
         found = [problem for problem in (
             id_ranges.first_problem(arrays, layout) if id_ranges else None,
-            _bad_packed_row(arrays) if layout.packed else None) if problem]
+            (_bad_packed_row if layout.packed else _bad_unpacked_row)(arrays)) if problem]
         if found:
             row, problem = min(found)
             return BadRecord(path, first_index + row, problem)
@@ -386,13 +443,14 @@ def _first_record_error(path: str, layout: RecordLayout, flag: str,
         return (f"{flag}: {path}: {'packed' if found.packed else 'unpacked'} records among "
                 f"{'packed' if layout.packed else 'unpacked'} ones: a set of files must be all "
                 "packed or all unpacked")
-    bad = _bad_in_chunk(path, 0, [first], layout)
+    bad = _first_unparsable(path, 0, [first], layout) if not layout.packed else \
+        _bad_in_chunk(path, 0, [first], layout)
     if bad and not layout.packed:
         return (f"{flag}: {path}: records do not match --max_seq_length={layout.max_seq_length} "
                 f"--max_predictions_per_seq={layout.max_predictions} (record 0: {bad.problem})")
     if bad:
         return f"{flag}: {path}: not {layout.describe()} (record 0: {bad.problem})"
-    bad = id_ranges and _bad_in_chunk(path, 0, [first], layout, id_ranges)
+    bad = _bad_in_chunk(path, 0, [first], layout, id_ranges)
     return f"{flag}: {bad}" if bad else None
 
 

@@ -125,16 +125,31 @@ class ResumePoint:
         return None
 
 
-def find_resume_point(output_dir: str) -> ResumePoint | None:
+def find_resume_point(output_dir: str, mlperf_log: str | None) -> ResumePoint | None:
     """The newest checkpoint in `output_dir` that reads back whole (a kill mid-save, or a damaged
     file, makes the run resume from the one before; each skipped one is named in a warning),
-    or None when there is none. Raises UsageError if its run settings do not read back."""
+    or None when there is none. Raises UsageError if its run settings do not read back, or if
+    every checkpoint there is damaged while `mlperf_log` shows a started run: starting again
+    would train from the start into that run's folder and log."""
     from reference import checkpoint as ckpt
     from reference.trainer import CHECKPOINT_NAME
     latest, skipped = ckpt.latest_complete_checkpoint(output_dir, CHECKPOINT_NAME)
     if not latest:
+        if skipped and _shows_run_start(mlperf_log):
+            names = ", ".join(os.path.basename(path) for path in skipped)
+            raise UsageError(f"--output_dir: {output_dir}: every checkpoint of the run that "
+                             f"{mlperf_log} shows started is damaged ({names}; the warnings "
+                             "above say how); restore one or use a new --output_dir")
         return None
     return ResumePoint(latest, tuple(skipped), peek_progress(latest))
+
+
+def _shows_run_start(mlperf_log: str | None) -> bool:
+    """Whether the local MLPerf log `mlperf_log` (None: none) holds a run_start record."""
+    if not mlperf_log or not os.path.isfile(mlperf_log):
+        return False
+    with open(mlperf_log, "rb") as handle:
+        return any(b'"key": "run_start"' in line for line in handle)
 
 
 def _shown(value: object) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import shutil
 import sys
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from absl import logging
 
 from benchmark import cadence, log_keys
+from benchmark.errors import UserError
 from reference.console import CallPace, LiveLine, duration, eval_line, time_to_target
 from reference.error_text import SetupError, tensorflow_failure, writing
 from reference.placement import Placement, place
@@ -24,7 +26,8 @@ from reference.preflight import CheckedInputs, prepare_output_dir
 from reference.resume import ResumePoint, find_resume_point, resumed_options, run_settings
 from reference.run_flags import UsageError
 from reference.run_options import RunOptions
-from reference.run_outputs import save_checkpoint, summary_writer, write_eval, write_scalars
+from reference.run_outputs import (output_dir_lock, save_checkpoint, summary_writer, write_eval,
+                                   write_scalars)
 
 if TYPE_CHECKING:  # TensorFlow-importing modules are imported where used (fast --help)
     from benchmark.mlperf_log import BertLogger
@@ -42,6 +45,39 @@ class Interrupted(Exception):
     def __init__(self, step: int, checkpoint: str | None) -> None:
         super().__init__(f"interrupted at step {step}")
         self.step, self.checkpoint = step, checkpoint
+
+
+class TrainingDiverged(UserError):
+    """Training produced a non-finite loss, gradient norm or weight: the run stops at once
+    (its log ends with run_stop "aborted", no checkpoint of that state is saved); one line
+    naming the step."""
+
+
+# The values of Trainer.train_steps that must stay finite.
+FINITE_KEYS = ("total_loss", "masked_lm_loss", "next_sentence_loss", "gradient_norm")
+
+
+def diverged(losses: dict, fp16: bool) -> str | None:
+    """What is not finite in the values of one `Trainer.train_steps` call ("total_loss nan"),
+    or None. With fp16, non-finite values of a call whose updates loss scaling skipped are
+    what scaling is for, while the scale can still drop (above 1.0): not a divergence."""
+    bad = [f"{key} {losses[key]}" for key in FINITE_KEYS
+           if key in losses and not math.isfinite(losses[key])]
+    if bad and fp16 and losses["skipped_updates"] and losses["loss_scale"] > 1.0:
+        return None
+    return ", ".join(bad) or None
+
+
+def save_finite_checkpoint(manager, trainer) -> None:
+    """Save the trainer's state as checkpoint `<name>-<step>`, unless a weight is not finite
+    (TrainingDiverged then, and the last checkpoint stays the newest)."""
+    import tensorflow as tf
+    weights = trainer.model.trainable_variables
+    if not bool(tf.reduce_all([tf.reduce_all(tf.math.is_finite(w)) for w in weights])):
+        raise TrainingDiverged(f"training diverged at step {trainer.step}: the weights hold "
+                               f"non-finite values; not saved (last checkpoint: "
+                               f"{manager.latest_checkpoint or 'none'})")
+    save_checkpoint(manager, trainer.step)
 
 
 @dataclass
@@ -182,25 +218,33 @@ def evaluate_only(options: RunOptions, inputs: CheckedInputs, strategy=None) -> 
     --output_dir; writes eval_results.txt.
 
     strategy: the tf.distribute strategy (default: made from options.distribution). A
-    TensorFlow error on the way is a SetupError.
+    TensorFlow error on the way is a SetupError; another run holding --output_dir an
+    InputError (`output_dir_lock`).
     """
     with _setup_failures(_Phase()):
         run = _Run(options, inputs, place(options, inputs, strategy))
         output_dir = options.output.output_dir
         prepare_output_dir(output_dir)
-        trainer = run.build_trainer()
-        _restore_for_eval(trainer, options.model.init_checkpoint, output_dir)
-        started = time.time()
-        metrics = run.evaluate(run.eval_dataset())
-        logging.info("eval of %d records in %.1f s: masked_lm_accuracy %.5f, masked_lm_loss "
-                     "%.4f, next_sentence_accuracy %.4f", inputs.eval.sequences,
-                     time.time() - started, metrics["masked_lm_accuracy"],
-                     metrics["masked_lm_loss"], metrics["next_sentence_accuracy"])
-        if run.placement.chief:
-            write_eval(output_dir, trainer.step, trainer.samples, metrics,
-                       summary_writer(output_dir, "eval", chief=True))
-        return RunResult("evaluated", trainer.step, trainer.samples,
-                         [(trainer.samples, metrics)])
+        with output_dir_lock(output_dir, run.placement.task):
+            return _evaluate_locked(run, options, inputs)
+
+
+def _evaluate_locked(run: _Run, options: RunOptions, inputs: CheckedInputs) -> RunResult:
+    """`evaluate_only` once this worker holds --output_dir's lock."""
+    output_dir = options.output.output_dir
+    trainer = run.build_trainer()
+    _restore_for_eval(trainer, options.model.init_checkpoint, output_dir)
+    started = time.time()
+    metrics = run.evaluate(run.eval_dataset())
+    logging.info("eval of %d records in %.1f s: masked_lm_accuracy %.5f, masked_lm_loss "
+                 "%.4f, next_sentence_accuracy %.4f", inputs.eval.sequences,
+                 time.time() - started, metrics["masked_lm_accuracy"],
+                 metrics["masked_lm_loss"], metrics["next_sentence_accuracy"])
+    if run.placement.chief:
+        write_eval(output_dir, trainer.step, trainer.samples, metrics,
+                   summary_writer(output_dir, "eval", chief=True))
+    return RunResult("evaluated", trainer.step, trainer.samples,
+                     [(trainer.samples, metrics)])
 
 
 def _restore_for_eval(trainer, init_checkpoint: str | None, output_dir: str) -> None:
@@ -231,8 +275,11 @@ def train(options: RunOptions, inputs: CheckedInputs, strategy=None) -> RunResul
     --output_dir if there is one.
 
     strategy: the tf.distribute strategy (default: made from options.distribution).
-    Raises UsageError (before anything is logged) when OUTPUT_DIR holds a checkpoint of a run
-    with other run-defining settings, OutputError when an output cannot be written,
+    Raises InputError (before anything is written) when another live trainer holds OUTPUT_DIR
+    (`output_dir_lock`), UsageError (before anything is logged) when OUTPUT_DIR holds a
+    checkpoint of a run with other run-defining settings or only damaged checkpoints of a
+    started run, TrainingDiverged when a loss turns non-finite, OutputError when an output
+    cannot be written,
     InternalError when the training loop would not advance, and SetupError for a TensorFlow
     error before the first compiled training call has returned; an error after run_start ends
     the MLPerf log with run_stop "aborted" first.
@@ -241,14 +288,21 @@ def train(options: RunOptions, inputs: CheckedInputs, strategy=None) -> RunResul
     with _setup_failures(phase):
         placement = place(options, inputs, strategy)
         prepare_output_dir(options.output.output_dir)
-        options, point = _resume(options, inputs, placement.chief)
-        finished = point and point.finished(options.budget_steps)
-        if finished:
-            progress = point.progress
-            logging.warning("%s already %s at step %d (%d samples); nothing to train",
-                            point.checkpoint, finished, progress.step, progress.samples)
-            return RunResult("already-finished", progress.step, progress.samples)
-        return _logged_run(_Run(options, inputs, placement), point, phase)
+        with output_dir_lock(options.output.output_dir, placement.task):
+            return _train_locked(options, inputs, placement, phase)
+
+
+def _train_locked(options: RunOptions, inputs: CheckedInputs, placement: Placement,
+                  phase: _Phase) -> RunResult:
+    """`train` once this worker holds --output_dir's lock: resume or start, then run."""
+    options, point = _resume(options, inputs, placement.chief)
+    finished = point and point.finished(options.budget_steps)
+    if finished:
+        progress = point.progress
+        logging.warning("%s already %s at step %d (%d samples); nothing to train",
+                        point.checkpoint, finished, progress.step, progress.samples)
+        return RunResult("already-finished", progress.step, progress.samples)
+    return _logged_run(_Run(options, inputs, placement), point, phase)
 
 
 def _resume(options: RunOptions, inputs: CheckedInputs,
@@ -258,7 +312,7 @@ def _resume(options: RunOptions, inputs: CheckedInputs,
     from reference import checkpoint as ckpt
     from reference.trainer import CHECKPOINT_NAME
     output_dir = options.output.output_dir
-    point = find_resume_point(output_dir)
+    point = find_resume_point(output_dir, options.output.mlperf_log)
     if point:
         options = resumed_options(options, inputs, point)
     if chief:
@@ -315,7 +369,7 @@ def _logged_run(run: _Run, point: ResumePoint | None, phase: _Phase) -> RunResul
         log.run_stop(result.status)
         stopped = True
         outputs.log_file.check()
-        save_checkpoint(manager, run.trainer.step)
+        save_finite_checkpoint(manager, run.trainer)
         logging.debug("run %s at step %d, %d samples; checkpoint %s", result.status,
                       run.trainer.step, run.trainer.samples, manager.latest_checkpoint)
     except BaseException:
@@ -462,7 +516,7 @@ class _TrainingLoop:
                 self._success()
                 break
             if save_due and self.update < self.budget_updates:  # after the eval at this step
-                save_checkpoint(self.manager, trainer.step)
+                save_finite_checkpoint(self.manager, trainer)
         self.live.close()
         with writing("--output_dir", self.train_folder):
             self.outputs.train_writer.flush()
@@ -506,7 +560,7 @@ class _TrainingLoop:
             reached, passed_save = self._host_call(iterator, eval_due)
             save_due = save_due or passed_save
             if save_due and not reached and self.update < self.budget_updates:
-                save_checkpoint(self.manager, trainer.step)
+                save_finite_checkpoint(self.manager, trainer)
                 save_due = False
         if self.run.inputs.packed:  # a packed block's sample count is known once it is trained
             log.block_start(first, trainer.samples - first, started_ms)
@@ -531,6 +585,7 @@ class _TrainingLoop:
         if self.paced_from is None:  # the speed shown counts from the end of compilation
             self.paced_from = (time.time(), trainer.samples)
         self.update += losses["updates"]
+        self._stop_if_diverged(losses, before)
         reached = eval_due is not None and trainer.samples >= eval_due
         self.live.update(self._progress_line(losses, eval_due, reached))
         values = {key: losses[key] for key in ("total_loss", "masked_lm_loss",
@@ -541,6 +596,20 @@ class _TrainingLoop:
                           skipped_updates=losses["skipped_updates"])
         write_scalars(self.outputs.train_writer, self.train_folder, trainer.step, values)
         return reached, trainer.step // every > before // every
+
+    def _stop_if_diverged(self, losses: dict, before: int) -> None:
+        """TrainingDiverged naming the step when the call that began after micro-step `before`
+        gave non-finite values (`diverged`), before anything of that state is saved."""
+        problem = diverged(losses, self.options.compute.mixed_precision == "fp16")
+        if problem is None:
+            return
+        self.live.close()
+        steps = self.trainer.step - before
+        over = f" (the mean of steps {before + 1}..{self.trainer.step})" if steps > 1 else ""
+        raise TrainingDiverged(
+            f"training diverged at step {self.trainer.step}: {problem}{over}; stopped without "
+            f"saving it (last checkpoint: {self.manager.latest_checkpoint or 'none'}; a lower "
+            "--learning_rate, or the data, may be the cause)")
 
     def _evaluate(self) -> bool:
         """Evaluate, log and write the eval; returns whether it reached the target."""

@@ -1,17 +1,47 @@
 """What a run writes in --output_dir besides the MLPerf log: checkpoints, eval_results.txt (the
 last eval), eval_history.csv (every eval) and TensorBoard scalars. A write that fails is an
-OutputError naming the file.
+OutputError naming the file. A training run holds the folder's lock (`output_dir_lock`).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
 from absl import logging
 
+from cleanup_scripts.fileio import exclusive_lock
 from reference.error_text import writing
 
 EVAL_RESULTS = "eval_results.txt"
+LOCK_NAME = ".lock"  # the chief's lock file; other workers' add -worker-<task>
 EVAL_HISTORY = "eval_history.csv"
+
+
+def output_dir_lock(output_dir: str, task: int):
+    """The context in which this worker (`task`: its index) of a run holds the lock of the
+    local folder `output_dir` (preprocess's `exclusive_lock`: released by the OS when the
+    process ends, kill -9 included), so that a second trainer or eval-only run started into
+    the same folder is refused in one line (InputError naming its holder) before it writes
+    anything. A remote folder (gs://...) cannot be locked: no lock."""
+    if "://" in output_dir:
+        return contextlib.nullcontext()
+    name = LOCK_NAME if task == 0 else f"{LOCK_NAME}-worker-{task}"
+    return exclusive_lock(os.path.join(output_dir, name), f"--output_dir={output_dir}",
+                          "trainer")
+
+
+def held_by_this_process(output_dir: str) -> bool:
+    """Whether this process holds or held a lock of the local folder `output_dir` (a lock
+    file there names it as its last holder): the folder is this run's to write in."""
+    try:
+        names = [name for name in os.listdir(output_dir) if name.startswith(LOCK_NAME)]
+    except OSError:
+        return False
+    for name in names:
+        with contextlib.suppress(OSError), open(os.path.join(output_dir, name), "rb") as handle:
+            if handle.read(4096).startswith(f"pid {os.getpid()} on ".encode()):
+                return True
+    return False
 
 
 def save_checkpoint(manager, step: int) -> None:

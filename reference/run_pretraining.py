@@ -77,10 +77,12 @@ def main(argv: list[str]) -> None:
 
 def _keep_native_log(path: str) -> None:
     """Move TensorFlow's own messages (a temporary file while the run did not know its output
-    folder for sure) to OUTPUT_DIR/tensorflow.log when that folder is local and exists; a
-    failed run whose folder is not there keeps them where they are and says so."""
+    folder for sure) to OUTPUT_DIR/tensorflow.log when that folder is local and this process
+    held it (a run refused before, e.g. because another holds it, writes nothing there); a
+    failed run that did not keeps them where they are and says so."""
+    from reference.run_outputs import held_by_this_process
     output_dir = FLAGS.output_dir
-    if output_dir and "://" not in output_dir and os.path.isdir(output_dir):
+    if output_dir and "://" not in output_dir and held_by_this_process(output_dir):
         with contextlib.suppress(OSError), open(path, "rb") as src, \
                 open(os.path.join(output_dir, "tensorflow.log"), "ab") as dest:
             shutil.copyfileobj(src, dest)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import collections
 import os
+import signal
+import subprocess
 
 import numpy as np
 import pytest
@@ -302,3 +304,108 @@ def test_cli_names_a_fifo_or_device_input_for_what_it_is(real_records, tmp_path)
         expand_inputs(real_records[0], ".txt")  # a reference-style stage's missing input
     with pytest.raises(InputError, match=f"^{tmp_path}: is a directory, not an input file$"):
         expand_inputs(str(tmp_path))
+
+
+# ---- outputs never over inputs, all or nothing, bounds ------------------------------------------
+
+def _tree(root) -> dict[str, str]:
+    """Every file under `root` (links as their target) with its md5."""
+    return {str(path.relative_to(root)): (os.readlink(path) if path.is_symlink()
+                                          else md5_of(path))
+            for path in sorted(root.rglob("*")) if path.is_file() or path.is_symlink()}
+
+
+@pytest.mark.parametrize("inputs, output, problem", [
+    ("data/a", "data/a", "is the input data/a (the same file)"),
+    ("data/a", "link", "is the input data/a (the same file)"),
+    ("data/a", "hard", "is the input data/a (the same file)"),
+    ("data/a,data/b", "data", "holds the input data/a"),
+    ("data/a", "data/", "holds the input data/a"),
+    ("data/a,data/b", ".", "holds the input data/a"),
+])
+def test_output_that_is_an_input_is_refused_before_anything_is_written(tmp_path, inputs,
+                                                                        output, problem):
+    # Before: --output_file equal to the input (or its folder) overwrote it and exited 0.
+    (tmp_path / "data").mkdir()
+    for name in ("a", "b"):
+        _write(tmp_path / "data" / name, _columns())
+    (tmp_path / "link").symlink_to(tmp_path / "data" / "a")
+    os.link(tmp_path / "data" / "a", tmp_path / "hard")
+    before = _tree(tmp_path)
+    result = run_module("cleanup_scripts.pack_pretraining_data", f"--input_file={inputs}",
+                        f"--output_file={output}", f"--max_seq_length={SEQ}",
+                        f"--max_predictions_per_seq={PRED}", "--nworker=1", cwd=tmp_path,
+                        check=False)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: --output_file={output}: {problem}")
+    assert _tree(tmp_path) == before
+
+
+def test_a_failing_multi_file_pack_leaves_no_output(tmp_path):
+    # Before: the files packed before the bad one stayed under their final names.
+    columns = _columns()
+    _write(tmp_path / "a", columns)
+    columns["input_mask"][2, 3] = 0
+    _write(tmp_path / "b", columns)
+    out = tmp_path / "packed"
+    with pytest.raises(InputError, match="b: record 2: input_mask is not 1s then 0s"):
+        pack_files([str(tmp_path / "a"), str(tmp_path / "b")], [str(out / "a"), str(out / "b")],
+                   PackOptions(SEQ, PRED), nworker=1, max_predictions=PRED)
+    assert list(out.iterdir()) == []
+
+
+def test_temporaries_of_a_killed_packer_are_swept_by_the_next_run(tmp_path):
+    # A packer killed with -9 leaves `.NAME.partial-PID`; the next run writing NAME removes it,
+    # and nothing else: not a live process's temporary, nor another output's, nor other files.
+    dead = subprocess.Popen(["sleep", "60"])
+    dead.send_signal(signal.SIGKILL)
+    dead.wait()
+    source = tmp_path / "data" / "a"
+    source.parent.mkdir()
+    _write(source, _columns())
+    out = tmp_path / "packed"
+    out.mkdir()
+    stale = out / f".a.partial-{dead.pid}"
+    kept = [out / f".a.partial-{os.getpid()}", out / f".b.partial-{dead.pid}",
+            out / f"a.partial-{dead.pid}", out / ".a.partial-x"]
+    for path in [stale, *kept]:
+        path.write_bytes(b"half a file")
+    result = run_module("cleanup_scripts.pack_pretraining_data", f"--input_file={source}",
+                        f"--output_file={out / 'a'}", f"--max_seq_length={SEQ}",
+                        f"--max_predictions_per_seq={PRED}", "--nworker=1", check=False)
+    assert result.returncode == 0, result.stderr
+    assert not stale.exists() and all(path.exists() for path in kept)
+    assert sorted(path.name for path in out.iterdir()) == sorted(["a", *(p.name for p in kept)])
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--input_file=", "--output_file=out"), "error: --input_file: names no files"),
+    (("--input_file=data/a", "--output_file=folder"),
+     "error: --output_file=folder: is a folder; with one input it names the packed file (end "
+     "it with / to write into it)"),
+    (("--input_file=data/a", "--output_file=out", "--max_seq_length=100000000"),
+     "error: --max_seq_length=100000000: must be between 2 and 8192"),
+])
+def test_packer_bounds_are_one_line_and_write_nothing(tmp_path, args, message):
+    # Before: a traceback (no inputs, a folder), a segfault (a row of 10^8 tokens).
+    (tmp_path / "data").mkdir()
+    _write(tmp_path / "data" / "a", _columns())
+    (tmp_path / "folder").mkdir()
+    before = _tree(tmp_path)
+    result = run_module("cleanup_scripts.pack_pretraining_data", f"--max_seq_length={SEQ}",
+                        "--nworker=1", *args, cwd=tmp_path, check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [message]
+    assert _tree(tmp_path) == before and list((tmp_path / "folder").iterdir()) == []
+
+
+def test_a_record_that_is_no_example_is_one_line_naming_it(tmp_path):
+    source = tmp_path / "mixed"
+    with open(source, "wb") as handle:
+        write_records(handle, encode_examples(_columns()) + [b"\x0a\x08\x0a\x06\x0a\x02\xff\xfe"
+                                                             b"\x12\x00"])
+    with pytest.raises(InputError, match=r"^.*mixed: record 4: not a tf.train.Example \('utf-8' "
+                                         "codec can't decode"):
+        pack_files([str(source)], [str(tmp_path / "out")], PackOptions(SEQ, PRED), nworker=1)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["mixed"]
