@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from benchmark.log_view import LogView, build_view
-from benchmark import log_keys as k
 from benchmark.log_view import MAX_RUN_MINUTES, PLAUSIBLE_TIME_MS
 from benchmark.mllog_parse import LogReadError, ParsedLog, ReadBudget, parse_log
 from benchmark.official import ComplianceOutcome, run_compliance
