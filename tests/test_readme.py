@@ -144,6 +144,7 @@ def test_the_quick_commands_run_as_written(checkout):
 
 @pytest.mark.slow
 def test_the_demo_commands_run_as_written(checkout):
-    for command in RUN_SLOW:
-        out = _run(command, checkout, 3600)
-    assert "PASSED: 0 error(s)" in out
+    train, check, evaluate = (_run(command, checkout, 3600) for command in RUN_SLOW)
+    assert "run_pretraining: success at step" in train
+    assert "PASSED: 0 error(s)" in check
+    assert "run_pretraining: evaluated at step" in evaluate
