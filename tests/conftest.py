@@ -12,6 +12,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
+# Tests run `make` as a user does, from a shell. Under `make test` (how CI runs the suite) the
+# outer make exports its level and flags; a nested make then reports itself as `make[1]` and
+# inherits the outer one's options, so those variables are dropped for every test.
+for _variable in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES"):
+    os.environ.pop(_variable, None)
+
 
 def run_module(module: str, *args: str, cwd: str | os.PathLike | None = None,
                check: bool = True) -> subprocess.CompletedProcess:
