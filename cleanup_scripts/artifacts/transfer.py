@@ -28,7 +28,7 @@ from urllib3 import exceptions as urllib3_exceptions
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from benchmark.errors import printable
-from benchmark.files import md5_file, resolve_inside
+from benchmark.files import md5_file, open_regular, resolve_inside
 from cleanup_scripts.artifacts import partial_name, problem, resume_hint, unknown_host, verified
 from cleanup_scripts.fileio import InputError, ensure_dir
 
@@ -238,8 +238,8 @@ def _open_source(url: str, offset: int, session: requests.Session
     """
     local = _local_path(url)
     if local is not None:
-        try:
-            handle = open(local, "rb")
+        try:  # a FIFO, device or socket is refused, never opened for a blocking read
+            handle = open_regular(local, sys.maxsize)
         except OSError as err:
             raise InputError(f"{local}: cannot read source ({err.strerror})") from err
         with handle:

@@ -2,6 +2,7 @@
 import bz2
 import hashlib
 import http.server
+import os
 import re
 import shutil
 import urllib.parse
@@ -127,6 +128,20 @@ def test_file_urls_and_local_paths(tmp_path):
                     f"--url=bert_config.json={cleanup_scripts.BERT_CONFIG_FILE}"]) == 0
     assert (out / "vocab.txt").read_bytes() == VOCAB
     assert (out / "bert_config.json").read_bytes() == CONFIG
+
+
+def test_a_fifo_or_device_as_a_local_source_is_one_line_and_never_blocks(tmp_path, capsys):
+    # A FIFO source was opened for reading and waited for a writer for ever.
+    fifo = tmp_path / "vocab-fifo"
+    os.mkfifo(fifo)
+    for source, kind in ((fifo, "a FIFO"), (Path("/dev/zero"), "a character device")):
+        out = tmp_path / f"out-{source.name}"
+        assert run_cli([f"--output_dir={out}", "--artifacts=vocab",
+                        f"--url=vocab={source}"]) == 1
+        err = capsys.readouterr().err.strip()
+        assert err.endswith(f"{source}: is {kind}, not a regular file; not read"), err
+        assert len(err.splitlines()) == 1
+        assert not (out / "vocab.txt").exists()
 
 
 def test_verified_file_is_not_downloaded_again(server, tmp_path):
