@@ -21,12 +21,14 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
-from typing import Callable, Iterable
+from typing import BinaryIO, Callable, Iterable
 
+import google.auth
 import requests
 from google.api_core import exceptions as api_exceptions
 from google.auth import exceptions as auth_exceptions
-from google.auth.credentials import AnonymousCredentials
+from google.auth.credentials import AnonymousCredentials, Credentials
+from google.auth.transport.requests import AuthorizedSession
 from google.cloud import storage
 from google.cloud.storage.exceptions import DataCorruption, InvalidResponse
 from google.cloud.storage.retry import DEFAULT_RETRY
@@ -35,6 +37,7 @@ from tqdm import tqdm
 from benchmark.errors import exit_on_user_error, printable
 from benchmark.files import md5_file, resolve_inside, scratch_dir
 from cleanup_scripts.artifacts import partial_name, problem, resume_hint, verified
+from cleanup_scripts.artifacts.transfer import Deadline, DeadlinePassed, watch_session
 from cleanup_scripts.fileio import InputError, ensure_dir
 from cleanup_scripts.layout import DatasetLayout
 from cleanup_scripts.ledger import (MANIFEST_HEADER, MANIFEST_MAX_BYTES, Entry, manifest_rows,
@@ -45,7 +48,7 @@ GS_SCHEME = "gs://"
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 DEFAULT_ENDPOINT = "https://storage.googleapis.com"
 MANIFEST = "manifest.tsv"
-CHUNK_QUANTUM = 256 << 10  # chunks of a resumable upload or a ranged download: multiples of it
+CHUNK_QUANTUM = 256 << 10  # chunks of a resumable upload: multiples of it
 DEFAULT_CHUNK_SIZE = 16 << 20
 DEFAULT_THREADS = 8
 TIMEOUT_S = (30, 300)  # connect, read
@@ -144,17 +147,40 @@ def endpoint() -> str:
     return (host if "://" in host else "http://" + host) if host else DEFAULT_ENDPOINT
 
 
-def make_client() -> storage.Client:
-    """A storage client: the emulator of STORAGE_EMULATOR_HOST without credentials, else
-    Google's default credentials (InputError, in one line, when there are none)."""
+@dataclass(frozen=True)
+class Access:
+    """How to reach the storage: credentials, project and client options, found once (a token
+    is then shared by every client made from it)."""
+
+    credentials: Credentials
+    project: str | None
+    options: dict[str, str] | None
+
+    def client(self, deadline: Deadline | None = None) -> storage.Client:
+        """A storage client; with `deadline`, every connection of its requests is watched by
+        it and no request starts after it has passed (`transfer.watch_session`)."""
+        session = None if deadline is None else watch_session(
+            AuthorizedSession(self.credentials), deadline, refuse_late=True)
+        return storage.Client(project=self.project, credentials=self.credentials,
+                              client_options=self.options, _http=session)
+
+
+def access() -> Access:
+    """The emulator of STORAGE_EMULATOR_HOST without credentials, else Google's default
+    credentials (InputError, in one line, when there are none)."""
     if os.environ.get(EMULATOR_ENV, "").strip():
-        return storage.Client(credentials=AnonymousCredentials(), project="emulator",
-                              client_options={"api_endpoint": endpoint()})
+        return Access(AnonymousCredentials(), "emulator", {"api_endpoint": endpoint()})
     try:
-        return storage.Client()
+        credentials, project = google.auth.default(scopes=storage.Client.SCOPE)
     except auth_exceptions.DefaultCredentialsError as err:
         raise InputError("no Google Cloud credentials: run `gcloud auth application-default "
                          "login` or set GOOGLE_APPLICATION_CREDENTIALS") from err
+    return Access(credentials, project, None)
+
+
+def make_client() -> storage.Client:
+    """A storage client of `access()`."""
+    return access().client()
 
 
 def retry_policy() -> "DEFAULT_RETRY":
@@ -430,27 +456,52 @@ def _delete_stale_manifest(client: storage.Client, url: GcsUrl, manifest: LocalF
     del existing[MANIFEST]
 
 
-def _read_object(client: storage.Client, url: GcsUrl, remote: RemoteObject, partial: Path,
-                 start: int, chunk_size: int) -> None:
+class _CountedWrites:
+    """A `.partial` file as the library writes the object into it: each write flushed at once
+    (a kill keeps it) and counted in `deadline.received`, which the rate floor watches."""
+
+    def __init__(self, out: BinaryIO, deadline: Deadline) -> None:
+        self._out, self._deadline = out, deadline
+
+    def write(self, data: bytes) -> int:
+        count = self._out.write(data)
+        self._out.flush()
+        self._deadline.received += len(data)
+        return count
+
+
+def _read_object(access_: Access, url: GcsUrl, remote: RemoteObject, partial: Path,
+                 start: int) -> None:
     """Write object `remote` from byte `start` on into `partial` (its first `start` bytes
-    kept), by the library's ranged download in `chunk_size` requests."""
+    kept): the library's download in one streamed request, its bytes written as they come
+    (8 KiB at a time). One transfer.Deadline bounds it, as it does an HTTP download: time for
+    the object's size, and a floor on bytes per second (a dripping server is cut after
+    RATE_WINDOW_S, and no retry follows)."""
     where = url.child(url.relative(remote.name))
-    blob = client.bucket(url.bucket).blob(remote.name, chunk_size=chunk_size)
-    try:
-        with open(partial, "ab") as out:
-            out.truncate(start)
-            if start < remote.size:
-                blob.download_to_file(out, client=client, start=start or None,
-                                      if_generation_match=remote.generation, timeout=TIMEOUT_S,
-                                      checksum=None, retry=retry_policy())
-    except api_exceptions.PreconditionFailed as err:
-        raise InputError(f"{where}: the object changed during the download; run again") from err
-    except _API_ERRORS as err:
-        raise InputError(f"{_api_error(where, err)}{resume_hint(partial)}") from err
+    with Deadline(remote.size) as deadline, open(partial, "ab") as out:
+        out.truncate(start)
+        if start >= remote.size:
+            return
+        blob = access_.client(deadline).bucket(url.bucket).blob(remote.name)
+        try:
+            with deadline.requesting():
+                blob.download_to_file(_CountedWrites(out, deadline), start=start or None,
+                                      if_generation_match=remote.generation,
+                                      timeout=TIMEOUT_S, checksum=None, retry=retry_policy())
+        except api_exceptions.PreconditionFailed as err:
+            raise InputError(f"{where}: the object changed during the download; run again"
+                             ) from err
+        except (DeadlinePassed, *_API_ERRORS) as err:
+            if deadline.passed():
+                raise InputError(f"{where}: download too slow: {start + deadline.received:,} "
+                                 f"of {remote.size:,} bytes after "
+                                 f"{time.monotonic() - deadline.started:.1f} s "
+                                 f"({deadline.describe()}){resume_hint(partial)}") from err
+            raise InputError(f"{_api_error(where, err)}{resume_hint(partial)}") from err
 
 
-def download_object(client: storage.Client, url: GcsUrl, relative: str, remote: RemoteObject,
-                    dest_dir: Path, chunk_size: int) -> Transfer:
+def download_object(access_: Access, url: GcsUrl, relative: str, remote: RemoteObject,
+                    dest_dir: Path) -> Transfer:
     """Download one object to `dest_dir/relative` unless it is there with its md5: into
     `.partial`, continued from its last byte (once more from byte 0 when the result is not the
     object's md5), renamed into place only with the object's md5."""
@@ -462,7 +513,7 @@ def download_object(client: storage.Client, url: GcsUrl, relative: str, remote: 
     partial = resolve_inside(dest_dir, partial_name(relative).as_posix(), where)
     held = partial.stat().st_size if partial.exists() else 0
     for start in [held, 0] if 0 < held <= remote.size else [0]:
-        _read_object(client, url, remote, partial, start, chunk_size)
+        _read_object(access_, url, remote, partial, start)
         actual = md5_file(partial)
         if remote.md5 is None or actual == remote.md5:
             os.replace(partial, dest)
@@ -516,14 +567,14 @@ def check_complete(url: GcsUrl, listed: dict[str, tuple[int, str]],
 
 
 def download_prefix(url: str | GcsUrl, dest_dir: str | os.PathLike,
-                    nworker: int = DEFAULT_THREADS, chunk_size: int = DEFAULT_CHUNK_SIZE
-                    ) -> list[Transfer]:
+                    nworker: int = DEFAULT_THREADS) -> list[Transfer]:
     """Download every object under `url` to `dest_dir` (same relative paths) in `nworker`
     threads; one Transfer per file. Nothing is downloaded unless the prefix holds a
     `manifest.tsv` (an upload sends it last: without it, the upload did not finish) and every
     file it lists is there (`check_complete`); the manifest comes last."""
     url = parse_gcs_url(url) if isinstance(url, str) else url
-    client = make_client()
+    access_ = access()
+    client = access_.client()
     objects = list_objects(url, client)
     if not objects:
         raise InputError(f"{url}: no objects")
@@ -539,7 +590,7 @@ def download_prefix(url: str | GcsUrl, dest_dir: str | os.PathLike,
 
     def fetch(items: list[str], desc: str) -> list[Transfer]:
         return _in_threads(lambda relative: download_object(
-            client, url, relative, objects[relative], dest_dir, chunk_size), items, nworker, desc)
+            access_, url, relative, objects[relative], dest_dir), items, nworker, desc)
     return fetch(data, "download") + fetch([MANIFEST], f"download {MANIFEST}")
 
 
@@ -572,8 +623,6 @@ def main(argv: list[str] | None = None) -> None:
     download.add_argument("directory", metavar="DIR")
     download.add_argument("--nworker", type=int, default=DEFAULT_THREADS,
                           help=f"Parallel transfers (threads; default {DEFAULT_THREADS}).")
-    download.add_argument("--chunk_mb", type=float, default=DEFAULT_CHUNK_SIZE >> 20,
-                          help="Bytes per ranged request, in MiB (a .partial grows by this).")
     args = parser.parse_args(argv)
     url = parse_gcs_url(args.url)
     if args.command == "ls":
@@ -581,7 +630,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{relative}\t{remote.size}\t{remote.md5 or '-'}")
         return
     started = time.time()
-    transfers = download_prefix(url, args.directory, args.nworker, chunk_size_bytes(args.chunk_mb))
+    transfers = download_prefix(url, args.directory, args.nworker)
     print(describe(transfers, "download", f"from {url}"), flush=True)
     report(summary("download", transfers, started))
 

@@ -170,12 +170,18 @@ def _words(rate: int) -> str:
     return f"{rate / (1 << 10):g} KiB" if rate < 1 << 20 else f"{rate / (1 << 20):g} MiB"
 
 
-class _WatchedAdapter(HTTPAdapter):
-    """An HTTPAdapter that hands every new socket, direct or to a proxy, to `deadline.watch`
-    before any TLS handshake or request is sent on it."""
+class DeadlinePassed(Exception):
+    """A request asked for after its Deadline passed (or its rate fell below the floor): not a
+    network fault, so no retry policy tries again."""
 
-    def __init__(self, deadline: Deadline) -> None:
-        self.deadline = deadline
+
+class WatchedAdapter(HTTPAdapter):
+    """An HTTPAdapter that hands every new socket, direct or to a proxy, to `deadline.watch`
+    before any TLS handshake or request is sent on it; with `refuse_late`, a request sent once
+    the deadline has passed raises DeadlinePassed instead."""
+
+    def __init__(self, deadline: Deadline, refuse_late: bool = False) -> None:
+        self.deadline, self.refuse_late = deadline, refuse_late
         super().__init__()
 
     def _watched(self, manager):
@@ -197,6 +203,19 @@ class _WatchedAdapter(HTTPAdapter):
     def proxy_manager_for(self, proxy, **kwargs):
         return self._watched(super().proxy_manager_for(proxy, **kwargs))
 
+    def send(self, request, *args, **kwargs):
+        if self.refuse_late and self.deadline.passed():
+            raise DeadlinePassed(self.deadline.describe())
+        return super().send(request, *args, **kwargs)
+
+
+def watch_session(session: requests.Session, deadline: Deadline,
+                  refuse_late: bool = False) -> requests.Session:
+    """`session` with every connection it opens watched by `deadline` (see WatchedAdapter)."""
+    for scheme in ("http://", "https://"):
+        session.mount(scheme, WatchedAdapter(deadline, refuse_late))
+    return session
+
 
 def _refuse_login(response: requests.Response, **kwargs) -> None:
     """A response hook: a redirect to a Cloudflare Access login is not followed."""
@@ -211,9 +230,7 @@ def _session(deadline: Deadline) -> requests.Session:
     session.max_redirects = MAX_REDIRECTS
     session.headers.update({"User-Agent": USER_AGENT, "Accept-Encoding": "identity"})
     session.hooks["response"].append(_refuse_login)
-    session.mount("http://", _WatchedAdapter(deadline))
-    session.mount("https://", _WatchedAdapter(deadline))
-    return session
+    return watch_session(session, deadline)
 
 
 def _local_path(url: str) -> str | None:

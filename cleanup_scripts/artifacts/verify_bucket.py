@@ -49,6 +49,5 @@ def count_official_eval_hashes_in_bucket(url: storage.GcsUrl, findings: list[Fin
     relative = found.found_at.as_posix()
     remote = storage.RemoteObject(url.object_name(relative), found.size, None)  # any md5
     with tempfile.TemporaryDirectory() as scratch:
-        storage.download_object(storage.make_client(), url, relative, remote, Path(scratch),
-                                storage.DEFAULT_CHUNK_SIZE)
+        storage.download_object(storage.access(), url, relative, remote, Path(scratch))
         return (relative, *checksums.count_official_eval_hashes(Path(scratch) / relative))

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import http.server
 import os
+import re
 import signal
 import socket
 import ssl
@@ -14,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
@@ -25,8 +28,9 @@ google_crc32c = pytest.importorskip("google_crc32c")
 
 import cleanup_scripts  # noqa: E402
 from cleanup_scripts import checksums  # noqa: E402
-from cleanup_scripts.artifacts import storage, verify_bucket  # noqa: E402
+from cleanup_scripts.artifacts import storage, transfer, verify_bucket  # noqa: E402
 from cleanup_scripts.fileio import InputError  # noqa: E402
+from tests.cleanup_scripts.range_server import loopback  # noqa: E402
 from tests.conftest import REPO, md5_of, run_module  # noqa: E402
 
 OFFICIAL_EVAL_MD5 = checksums.CHECKSUMS_DIR / checksums.EVAL_ARTICLES_FILE
@@ -465,8 +469,7 @@ def test_killed_download_resumes_its_partial_file(tmp_path, bucket):
     put_copy(bucket, "big", {"tfrecords/part-00000": payload})
     dest = tmp_path / "copy"
     partial = dest / "tfrecords" / "part-00000.partial"
-    args = ["cleanup_scripts.artifacts.storage", "download", f"gs://{bucket}/big", str(dest),
-            "--chunk_mb=0.25"]
+    args = ["cleanup_scripts.artifacts.storage", "download", f"gs://{bucket}/big", str(dest)]
     start_and_kill(args, lambda: partial.exists() and partial.stat().st_size > 0)
 
     held = partial.stat().st_size
@@ -479,6 +482,94 @@ def test_killed_download_resumes_its_partial_file(tmp_path, bucket):
     assert not partial.exists()
     again = run_module(*args)
     assert "0 transferred, 2 already there with the right md5" in again.stdout
+
+
+class DrippingProxy:
+    """A loopback HTTP proxy in front of the emulator: every GET passes through, but the body of
+    an object download (`alt=media`) whose name holds "drip" comes FAST bytes at once, then a
+    byte every DRIP_S seconds: a server that keeps the connection alive but sends next to
+    nothing."""
+
+    FAST, DRIP_S = 64 << 10, 0.05
+
+    def __init__(self, upstream: str) -> None:
+        self.stop = threading.Event()
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                headers = {key: value for key, value in self.headers.items()
+                           if key.lower() not in ("host", "accept-encoding")}
+                request = urllib.request.Request(upstream + self.path, headers=headers)
+                try:
+                    with urllib.request.urlopen(request, timeout=10) as response:
+                        status, body, sent = response.status, response.read(), response.headers
+                except urllib.error.HTTPError as err:
+                    status, body, sent = err.code, err.read(), err.headers
+                self.send_response(status)
+                for key, value in sent.items():
+                    if key.lower() not in ("content-length", "transfer-encoding", "connection"):
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                drip = "alt=media" in self.path and "drip" in self.path
+                try:
+                    self.wfile.write(body[:DrippingProxy.FAST] if drip else body)
+                    self.wfile.flush()
+                    for index in range(DrippingProxy.FAST, len(body) if drip else 0):
+                        if proxy.stop.wait(DrippingProxy.DRIP_S):
+                            break
+                        self.wfile.write(body[index:index + 1])
+                        self.wfile.flush()
+                except OSError:  # the client cut the connection
+                    pass
+                self.close_connection = drip
+
+        self.httpd, self.url, self.thread = loopback(Handler)
+
+
+@pytest.fixture
+def dripping_proxy(emulator):
+    proxy = DrippingProxy(emulator)
+    proxy.thread.start()
+    yield proxy
+    proxy.stop.set()
+    proxy.httpd.shutdown()
+    proxy.httpd.server_close()
+
+
+@pytest.mark.timeout(60)
+def test_a_bucket_dripping_below_the_rate_floor_is_cut_and_the_rerun_resumes(
+        tmp_path, emulator, bucket, dripping_proxy, monkeypatch, capsys):
+    # A download held only the library's 300 s read timeout per socket read: a server sending
+    # a byte every few seconds kept it for ever. Now the HTTP downloads' floor holds here too.
+    payload = os.urandom(1 << 20)
+    put_copy(bucket, "slow", {"tfrecords/drip-00000": payload})
+    monkeypatch.setattr(transfer, "RATE_WINDOW_S", 1.0)
+    monkeypatch.setenv(storage.EMULATOR_ENV, dripping_proxy.url)
+    url, dest = f"gs://{bucket}/slow", tmp_path / "copy"
+    started = time.monotonic()
+    assert run_in_process(storage.main, ["download", url, str(dest)]) == 1
+    seconds = time.monotonic() - started
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(
+        f"error: {url}/tfrecords/drip-00000: download too slow: "), err
+    assert re.search(r"\(\d+\.\d bytes/s over 1 s, below the floor of 16 KiB/s\); run again "
+                     r"to resume from drip-00000\.partial\n$", err), err
+    assert seconds < 1 + 3, seconds  # one window, no retries: not DRIP_S per byte
+    partial = dest / "tfrecords" / "drip-00000.partial"
+    assert DrippingProxy.FAST <= partial.stat().st_size < len(payload)
+    assert not (dest / "tfrecords" / "drip-00000").exists()
+
+    monkeypatch.setenv(storage.EMULATOR_ENV, emulator)  # the same bucket, at full speed
+    assert run_in_process(storage.main, ["download", url, str(dest)]) == 0
+    assert "drip-00000 resumed at byte" in capsys.readouterr().out
+    assert md5_of(dest / "tfrecords" / "drip-00000") == hashlib.md5(payload).hexdigest()
 
 
 def test_download_restarts_a_partial_file_that_does_not_match(tmp_path, bucket):
@@ -796,8 +887,7 @@ def test_a_failed_object_download_advises_resuming_only_from_a_partial_file(tmp_
         if held:
             (tmp_path / "vocab.txt.partial").write_bytes(held)
         with pytest.raises(InputError) as raised:
-            storage.download_object(storage.make_client(), url, "vocab.txt", remote, tmp_path,
-                                    storage.DEFAULT_CHUNK_SIZE)
+            storage.download_object(storage.access(), url, "vocab.txt", remote, tmp_path)
         assert str(raised.value).endswith(f"/vocab.txt: cannot reach the storage endpoint "
                                           f"{storage.endpoint()}: [Errno 111] Connection "
                                           f"refused (retried for 0.5 s){hint}")
