@@ -106,12 +106,17 @@ def _message(record: logging.LogRecord) -> str:
 
 
 def _one_line(text: str, limit: int = 200) -> str:
-    """`text` on one line, without mlperf_logging's install folder, cut to `limit`."""
+    """`text` on one line, without mlperf_logging's install folder, at most `limit` characters:
+    a longer one loses its middle, so both the start and the verdict at its end stay (a long
+    path in "Result file PATH logs no seed." no longer hides "logs no seed")."""
     text = str(text)
     if _PACKAGE_DIR:
         text = text.replace(_PACKAGE_DIR, "")
     text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    if len(text) <= limit:
+        return text
+    tail = (limit - 5) // 2
+    return f"{text[:limit - 5 - tail]} ... {text[len(text) - tail:]}"
 
 
 def _describe(exc: BaseException) -> str:

@@ -93,7 +93,7 @@ def _parse_chunks(path: str, options: PackOptions, names: tuple[str, ...]):
     """(index of the chunk's first record, {feature: [n, length] numpy array}) for chunks of
     `path`'s records, parsed with the unpacked spec (only `names`); InputError naming the
     record that is damaged or of other shapes."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up lines
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's start-up lines
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     layout = RecordLayout.unpacked(options.max_seq_length, options.max_predictions_per_seq)
     spec = {name: feature for name, feature in tf_feature_spec(layout).items()

@@ -149,3 +149,17 @@ def test_a_folder_logging_no_seed_passes_the_package_check_as_its_round_did(tree
     messages = " ".join(p.message for p in report.package.problems)
     assert ("seed checker passed such a folder" in messages) == passes
     assert ("logs no seed" in messages) == (not passes)
+
+
+def test_a_checker_message_about_a_deep_path_keeps_its_verdict(valid_tree, tmp_path):
+    # "Result file PATH logs no seed." was cut at 200 characters from its end: a submission in
+    # a deep folder lost "logs no seed" (it failed so under pytest-xdist's longer tmp paths).
+    tree = shutil.copytree(valid_tree, tmp_path / ("deep-" * 30) / valid_tree.name)
+    bert = tree / "results" / SYSTEM / "bert"
+    _rewrite(bert, lambda line: "" if '"key": "seed"' in line else line)
+    problem = next(p for p in check_submission(str(tree), "2.1.0").package.problems
+                   if "Seed checker failed and found" in p.message)
+    assert problem.message.startswith("Seed checker failed and found the following errors: "
+                                      "Result file /")
+    assert problem.message.endswith("result_0.txt logs no seed.") and " ... " in problem.message
+    assert len(problem.message) <= 200

@@ -61,8 +61,10 @@ def test_a_second_trainer_into_a_held_output_dir_is_refused_and_a_killed_holder_
     finally:
         os.killpg(holder.pid, signal.SIGKILL)
         holder.wait()
-    # The lock of a process killed with -9 is gone with it: the next run resumes and ends.
-    result = run_cli(data, out, stop_steps=max([4, *checkpoint_steps(out)]) + 4)
+    # The lock of a process killed with -9 is gone with it: the next run (the holder's flags,
+    # whether or not it saved a checkpoint before the kill) resumes and ends.
+    result = run_cli(data, out, num_train_steps=100_000,
+                     stop_steps=max([4, *checkpoint_steps(out)]) + 4)
     assert result.returncode == 0, result.stderr[-2000:]
 
 
