@@ -49,6 +49,11 @@ LOG        ?=
 SUBMISSION ?=
 CHECK_ARGS ?=
 
+# make test / test-all: pytest processes (pytest-xdist; each test file runs whole in one of
+# them, so its fixtures are built once). TEST_WORKERS=0 runs the suite in this process.
+TEST_WORKERS ?= 2
+PYTEST_ARGS  ?=
+
 # $(call q,VALUE): VALUE as one shell word, single-quoted (a ' in it becomes '\''), so that
 # paths with spaces or shell characters reach the scripts whole: make preprocess DUMP="a b".
 q = '$(subst ','\'',$(1))'
@@ -71,8 +76,8 @@ help:
 	@echo '  bench-data          time preprocessing against the reference  REFERENCE_DIR OUT BENCH_ARGS'
 	@echo '  bench-train         time training against the reference  REFERENCE_BERT BENCH_TRAIN_ARGS'
 	@echo '  export-step         the update as one XLA HLO module, for timing on a GPU  STEP_OUT EXPORT_ARGS'
-	@echo '  test                the tests but the slow ones  PYTEST_ARGS'
-	@echo '  test-all            every test  PYTEST_ARGS'
+	@echo '  test                the tests but the slow ones  TEST_WORKERS PYTEST_ARGS'
+	@echo '  test-all            every test  TEST_WORKERS PYTEST_ARGS'
 	@echo '  clean-build         remove build/'
 	@echo 'Failing targets end with make'"'"'s own "Error" line and exit status 2.'
 
@@ -94,10 +99,10 @@ install:
 	$(PY) -m pip check
 
 test:
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test-all:
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The flags of preprocess and train, built in variables so that make echoes one command line.
 PREPROCESS_FLAGS = --output_dir=$(call q,$(OUT)) --nworker=$(call q,$(NWORKER)) \
