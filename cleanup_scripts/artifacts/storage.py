@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import base64
 import concurrent.futures
+import contextlib
 import os
 import re
 import sys
@@ -478,11 +479,12 @@ def _read_object(access_: Access, url: GcsUrl, remote: RemoteObject, partial: Pa
     the object's size, and a floor on bytes per second (a dripping server is cut after
     RATE_WINDOW_S, and no retry follows)."""
     where = url.child(url.relative(remote.name))
-    with Deadline(remote.size) as deadline, open(partial, "ab") as out:
+    with Deadline(remote.size) as deadline, open(partial, "ab") as out, \
+            contextlib.closing(access_.client(deadline)) as client:
         out.truncate(start)
         if start >= remote.size:
             return
-        blob = access_.client(deadline).bucket(url.bucket).blob(remote.name)
+        blob = client.bucket(url.bucket).blob(remote.name)
         try:
             with deadline.requesting():
                 blob.download_to_file(_CountedWrites(out, deadline), start=start or None,
