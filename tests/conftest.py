@@ -17,25 +17,27 @@ REPO = Path(__file__).resolve().parent.parent
 # inherits the outer one's options, so those variables are dropped for every test.
 for _variable in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES"):
     os.environ.pop(_variable, None)
-# TensorFlow's log level as the shell gave it: modules a test imports may set it in os.environ
-# (`setdefault`), and a CLI the tests run must start with the user's value, not theirs.
+# TensorFlow's log level as the shell gave it. Modules the tests import set it in os.environ
+# (`setdefault`, at import or when they load TensorFlow), and every process a test starts
+# inherits os.environ; so before each test's set-up (its module fixtures too) it is the shell's
+# value again, and what ran earlier does not decide whether a CLI prints TensorFlow's lines.
 _SHELL_TF_LOG_LEVEL = os.environ.get("TF_CPP_MIN_LOG_LEVEL")
 
 
-def cli_env() -> dict[str, str]:
-    """The environment of a CLI run as a user's shell would start it: this process's, with
-    TensorFlow's log level as the shell had it and the repository on PYTHONPATH."""
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
-    if _SHELL_TF_LOG_LEVEL is not None:
-        env["TF_CPP_MIN_LOG_LEVEL"] = _SHELL_TF_LOG_LEVEL
-    return env
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Put TF_CPP_MIN_LOG_LEVEL back to the shell's value before `item`'s fixtures are set up."""
+    if _SHELL_TF_LOG_LEVEL is None:
+        os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    else:
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = _SHELL_TF_LOG_LEVEL
 
 
 def run_module(module: str, *args: str, cwd: str | os.PathLike | None = None,
                check: bool = True) -> subprocess.CompletedProcess:
     """Run `python -m module args...` in a subprocess; return it (stdout/stderr captured)."""
-    result = subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=cli_env(),
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    result = subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env,
                             capture_output=True, text=True)
     if check and result.returncode != 0:
         raise AssertionError(f"{module} failed ({result.returncode}):\n{result.stderr}")
