@@ -94,7 +94,7 @@ train: export MAKE_VARIABLES = --preset=PRESET --output_dir=TRAIN_OUT --data_dir
 
 install:
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install --upgrade pip "setuptools>=77"
 	$(PY) -m pip install -e '.[test]'
 	$(PY) -m pip check
 

@@ -22,7 +22,7 @@ submission_benchmark values into the path of the next YAML file it loads and run
 in it, so a crafted value such as `../../x` would run a YAML of the submitter's choosing.
 Two guards stand in the way: the engine only sees logs whose division and benchmark are
 known values (`untrusted_values`), and the YAML reader it uses here refuses any file outside
-the installed mlperf_logging package (`_PackageYaml`), which also keeps each parsed ruleset
+the installed mlperf_logging package (`benchmark.adapters.mlperf_logging.PackageYaml`), which also keeps each parsed ruleset
 file in memory so checking a whole round does not re-read it per log.
 """
 from __future__ import annotations
@@ -37,7 +37,6 @@ import io
 import json
 import logging
 import os
-import pickle
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -45,8 +44,9 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from benchmark import log_keys as k
+from benchmark.adapters import mlperf_logging
 from benchmark.files import RefusedFile, read_regular, scratch_dir, size_words
-from benchmark.mllog_parse import TOKEN, ParsedLog
+from benchmark.mllog_parse import ParsedLog
 from benchmark.problems import ERROR, WARNING, Problem
 from benchmark.rulesets import DEFAULT_RULESET, RULESETS, ruleset as ruleset_facts
 
@@ -131,67 +131,6 @@ def available_rulesets() -> list[str]:
     from mlperf_logging.compliance_checker import mlp_compliance
     base = Path(mlp_compliance.__file__).parent
     return [v for v in RULESETS if (base / f"{USAGE}_{v}" / f"closed_bert.yaml").is_file()]
-
-
-class _PackageYaml:
-    """Stands in for the `yaml` module inside the compliance engine: `load` reads only files
-    inside the installed mlperf_logging package (anything else raises PermissionError, which
-    the engine reports as a failure) and parses each file once per process. Each call gets
-    its own copy (the engine changes what it is given), unpickled: a fraction of the time of
-    a deep copy, which was the largest part of checking a small log."""
-
-    def __init__(self, real) -> None:
-        self._real = real
-        self._cache: dict[str, bytes] = {}  # file name as the engine opened it: pickled YAML
-        self._root = Path(_PACKAGE_DIR).resolve() if _PACKAGE_DIR else None
-        self.BaseLoader = real.BaseLoader
-
-    def load(self, stream, Loader=None):  # noqa: N803 - the yaml.load signature
-        name = str(getattr(stream, "name", ""))
-        if name not in self._cache:
-            path = Path(name).resolve()
-            if self._root is None or self._root not in path.parents:
-                raise PermissionError(f"refusing to load {path.name}: not a file of "
-                                      "mlperf_logging")
-            self._cache[name] = pickle.dumps(
-                self._real.load(stream, Loader=Loader or self._real.BaseLoader))
-        return pickle.loads(self._cache[name])
-
-
-class _LinearStrip:
-    """Stands in for the `re` module in the official log readers. They strip every line with
-    `re.sub(".*" + TOKEN, TOKEN, line)`, which backtracks quadratically in the line length
-    (most of the time of a whole-round check). For that one call this returns the same
-    string in linear time: within each newline-free segment, everything before the last
-    token is dropped. Every other use goes to the real `re`."""
-
-    def __init__(self, real) -> None:
-        self._real = real
-
-    def __getattr__(self, name: str):
-        return getattr(self._real, name)
-
-    def sub(self, pattern, repl, string, *args, **kwargs):
-        if pattern != ".*" + TOKEN or repl != TOKEN or args or kwargs \
-                or not isinstance(string, str):
-            return self._real.sub(pattern, repl, string, *args, **kwargs)
-        return "\n".join(TOKEN + part.rsplit(TOKEN, 1)[1] if TOKEN in part else part
-                         for part in string.split("\n"))
-
-
-def _guard_engine() -> None:
-    """Install `_PackageYaml` in the compliance engine and `_LinearStrip` in the official
-    log readers (once)."""
-    from mlperf_logging.compliance_checker import mlp_compliance
-    from mlperf_logging.rcp_checker import rcp_checker
-    if not isinstance(mlp_compliance.yaml, _PackageYaml):
-        mlp_compliance.yaml = _PackageYaml(mlp_compliance.yaml)
-    readers = [rcp_checker] + [importlib.import_module(
-        f"mlperf_logging.compliance_checker.mlp_parser.ruleset_{v.replace('.', '')}")
-        for v in RULESETS]
-    for module in readers:
-        if getattr(module, "re", None) is re:
-            module.re = _LinearStrip(re)
 
 
 def untrusted_values(parsed: ParsedLog) -> list[Problem]:
@@ -397,7 +336,7 @@ def run_compliance(parsed: ParsedLog, ruleset: str = DEFAULT_RULESET) -> Complia
     unknown = untrusted_values(parsed)
     if unknown:
         return ComplianceOutcome(False, False, unknown, False)
-    _guard_engine()
+    mlperf_logging.guard_engine()
     locate = _Locator(parsed)
     checker = mlp_compliance.make_checker(USAGE, ruleset, quiet=False, werror=False)
     problems: list[Problem] = []
@@ -638,25 +577,6 @@ def _seedless_folders_pass(org_dir: str, tree: Path,
     return bypassed
 
 
-@contextlib.contextmanager
-def _known_compliance(verdicts: dict[str, bool]) -> Iterator[None]:
-    """Within the block, the package checker's per-log compliance call answers from
-    `verdicts` (the same engine's verdict on the same log, already computed, with the
-    round's leniency) and runs the engine only on logs not in it."""
-    from mlperf_logging.compliance_checker import mlp_compliance
-    real = mlp_compliance.main
-
-    def main(filename, config_file, checker):
-        known = verdicts.get(str(Path(filename).resolve()))
-        return real(filename, config_file, checker) if known is None else (known, None,
-                                                                           None, None)
-    mlp_compliance.main = main
-    try:
-        yield
-    finally:
-        mlp_compliance.main = real
-
-
 def run_rcp(folder: str, batch_size: int | None, logs: Sequence[ParsedLog],
             ruleset: str = DEFAULT_RULESET, train_samples: bool = True) -> RcpOutcome:
     """Run the RCP check on the runs `logs` of `folder` if `batch_size` has RCPs.
@@ -679,7 +599,7 @@ def run_rcp(folder: str, batch_size: int | None, logs: Sequence[ParsedLog],
                                        f"(RCPs: {listed})")
     try:
         from mlperf_logging.rcp_checker import rcp_checker
-        _guard_engine()
+        mlperf_logging.guard_engine()
         too_big = over_copy_limit(logs)
         if too_big:
             return RcpOutcome(True, False, f"not run: {too_big}")
@@ -824,10 +744,10 @@ def run_package_checker(org_dir: str, folders: Sequence[tuple[str, Sequence[str]
                 f"no run logs a seed: the {ruleset} round's seed checker passed such a folder "
                 "(mlperf_logging 4.x fails it)"), WARNING)
                 for folder in _seedless_folders_pass(org_dir, tree, logs)]
-        _guard_engine()
+        mlperf_logging.guard_engine()
         mlp_compliance.enqueued_configs.clear()
         try:
-            with _captured() as log, _known_compliance(copier.verdicts):
+            with _captured() as log, mlperf_logging.known_compliance(copier.verdicts):
                 package_checker.check_training_package(
                     str(tree), USAGE, ruleset, True, False, True, True, False,
                     str(Path(tmp) / "package_checker.log"))

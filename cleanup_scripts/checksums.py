@@ -22,9 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmark.files import read_regular, resolve_inside
+from checksums import CHECKSUMS_DIR
 from cleanup_scripts.fileio import InputError
-
-CHECKSUMS_DIR = Path(__file__).resolve().parent.parent / "checksums"
 
 # The md5sum manifests of official artifacts; each file's stem names its group.
 OFFICIAL_MANIFESTS = ("inputs.md5", "results.md5", "text-FE.md5")

@@ -21,6 +21,7 @@ import tensorflow as tf
 import tf_keras
 from absl import logging
 
+from benchmark.adapters.tf_keras import DropoutGenerator, replace_dropout_generators
 from reference import checkpoint as ckpt
 from reference.adamw import AdamWeightDecay
 from reference.bert_config import MASKED_LM_BLOCK_ROWS, BertConfig
@@ -160,20 +161,13 @@ def _scaled_where(inputs: tf.Tensor, keep: tf.Tensor, scale: float) -> tf.Tensor
     return masked(inputs)
 
 
-class KeyedDropout:
-    """Stands in for the random generator of one tf_keras Dropout layer (its `dropout` method is
-    all that `Dropout.call` uses): masks from `keyed_dropout`, seeded by the current
-    `DropoutKeys` key folded with this layer's index."""
-
-    # Read by tf_keras's BaseRandomLayer.get_config and build.
-    _rng_type = "stateless"
+class KeyedDropout(DropoutGenerator):
+    """The random generator of one Dropout layer: masks from `keyed_dropout`, seeded by the
+    current `DropoutKeys` key folded with this layer's index."""
 
     def __init__(self, keys: DropoutKeys, index: int):
         self._keys = keys
         self._index = index
-
-    def _maybe_init(self) -> None:
-        """Nothing to initialise (tf_keras calls this when the layer is built)."""
 
     def dropout(self, inputs: tf.Tensor, rate: float, noise_shape=None) -> tf.Tensor:
         """`inputs` with a fraction `rate` zeroed and the rest scaled by 1 / (1 - rate)."""
@@ -184,10 +178,7 @@ class KeyedDropout:
 def use_keyed_dropout(model: tf_keras.Model, keys: DropoutKeys) -> int:
     """Give every Dropout layer of `model` a `KeyedDropout` generator (index: the layer's
     position in `model.submodules`, the same in every process); returns how many."""
-    layers = [m for m in model.submodules if isinstance(m, tf_keras.layers.Dropout)]
-    for index, layer in enumerate(layers):
-        layer._random_generator = KeyedDropout(keys, index)  # pylint: disable=protected-access
-    return len(layers)
+    return replace_dropout_generators(model, lambda index: KeyedDropout(keys, index))
 
 
 class Trainer:

@@ -25,8 +25,8 @@ import requests
 from requests.adapters import HTTPAdapter
 from tqdm import tqdm
 from urllib3 import exceptions as urllib3_exceptions
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
+from benchmark.adapters.urllib3 import watched_pool_classes
 from benchmark.errors import printable
 from benchmark.files import md5_file, open_regular, resolve_inside
 from cleanup_scripts.artifacts import partial_name, problem, resume_hint, unknown_host, verified
@@ -185,15 +185,7 @@ class WatchedAdapter(HTTPAdapter):
         super().__init__()
 
     def _watched(self, manager):
-        watch = self.deadline.watch
-
-        def watched(pool: type) -> type:
-            class Connection(pool.ConnectionCls):  # type: ignore[misc, name-defined]
-                def _new_conn(self):
-                    return watch(super()._new_conn())
-            return type(pool.__name__, (pool,), {"ConnectionCls": Connection})
-        manager.pool_classes_by_scheme = {"http": watched(HTTPConnectionPool),
-                                          "https": watched(HTTPSConnectionPool)}
+        manager.pool_classes_by_scheme = watched_pool_classes(self.deadline.watch)
         return manager
 
     def init_poolmanager(self, *args, **kwargs) -> None:

@@ -2,9 +2,10 @@
 `{"description": ..., "notes": [...], "flags": {"train_batch_size": 8192, ...}}`.
 
 Flag values may hold placeholders, filled in by `resolve`: {data} (--data_dir, the folder of
-part-* and eval_10k; a preset with "default_dataset" falls back to the TFRecord folder, or with
-`packed` the packed one, that `make preprocess` writes there; a preset whose flags set
-"packed": true reads the packed one unless --nopacked is given), {bert_config} (the benchmark's
+part-* and eval_10k; a preset with "default_dataset", a folder relative to the working
+directory as `make preprocess` names it, falls back to its TFRecord folder, or with `packed` its
+packed one; a preset whose flags set "packed": true reads the packed one unless --nopacked is
+given), {bert_config} (the benchmark's
 bert_config.json in cleanup_scripts/data/bert/) and {presets} (this folder).
 """
 from __future__ import annotations
@@ -18,7 +19,6 @@ from cleanup_scripts import BERT_CONFIG_FILE
 from cleanup_scripts.layout import DatasetLayout
 
 PRESET_DIR = Path(__file__).resolve().parent
-REPO_DIR = PRESET_DIR.parents[1]
 
 
 class PresetError(UserError, ValueError):
@@ -56,7 +56,7 @@ def resolve(name: str, data_dir: str | None = None,
     if packed is None:
         packed = bool(preset["flags"].get("packed", False))
     if not data_dir and preset.get("default_dataset"):
-        layout = DatasetLayout(REPO_DIR / preset["default_dataset"])
+        layout = DatasetLayout(Path.cwd() / preset["default_dataset"])
         data_dir = str(layout.packed_dir if packed else layout.tfrecord_dir)
     fields = {"bert_config": str(BERT_CONFIG_FILE), "presets": str(PRESET_DIR),
               "data": (data_dir or "").rstrip("/")}

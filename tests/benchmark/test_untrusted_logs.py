@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from mlperf_logging.compliance_checker import mlp_compliance
 
-from benchmark import official
+from benchmark.adapters import mlperf_logging
 from benchmark.log_check import check_log
 from tests.benchmark import gallery
 from tests.benchmark.helpers import build_submission
@@ -49,7 +49,7 @@ def test_the_engine_only_loads_yaml_shipped_with_mlperf_logging(tmp_path, monkey
     marker = tmp_path / "marker"
     evil = _evil_yaml(tmp_path / "evil", marker)
     checker = mlp_compliance.make_checker("training", "1.0.0", False, False)
-    monkeypatch.setattr(mlp_compliance, "yaml", official._PackageYaml(__import__("yaml")))
+    monkeypatch.setattr(mlp_compliance, "yaml", mlperf_logging.PackageYaml(__import__("yaml")))
     with pytest.raises(PermissionError):
         checker.configured_checks([], str(evil))
     assert not marker.exists()

@@ -6,6 +6,7 @@ the global FLAGS that other tools define.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -159,7 +160,7 @@ def test_gpu_preset_options_give_the_cadence_and_log_of_batch_768(name, tmp_path
 @pytest.mark.parametrize("name", GPU_PRESETS)
 def test_gpu_preset_reads_the_packed_dataset_unless_nopacked(name):
     from cleanup_scripts.layout import DatasetLayout
-    layout = DatasetLayout(presets.REPO_DIR / "build" / "dataset")
+    layout = DatasetLayout(Path.cwd() / "build" / "dataset")
     packed = read_flags(parse(f"--preset={name}"))
     assert packed["input_file"] == f"{layout.packed_dir}/part-*"
     assert packed["eval_file"] == f"{layout.packed_dir}/eval_10k"
@@ -215,7 +216,7 @@ def test_preset_errors():
 def test_demo_preset_defaults_to_the_make_preprocess_output():
     from cleanup_scripts.layout import DatasetLayout
     values = presets.resolve("demo")
-    records = DatasetLayout(presets.REPO_DIR / "build" / "dataset").tfrecord_dir
+    records = DatasetLayout(Path.cwd() / "build" / "dataset").tfrecord_dir
     assert values["input_file"] == f"{records}/part-*"
     assert values["eval_file"] == f"{records}/eval_10k"
     assert values["bert_config_file"].endswith("demo_bert_config.json")
