@@ -32,11 +32,10 @@ from benchmark.errors import exit_on_user_error
 from cleanup_scripts import SAMPLE_DUMP, VOCAB_FILE
 from cleanup_scripts import create_pretraining_data as pretraining
 from cleanup_scripts import checksums, extract, import_results, pick_eval_samples, process_wiki
-from cleanup_scripts.artifacts import partial_name
 from cleanup_scripts.artifacts.transfer import fetch
 from cleanup_scripts.do_gather import GatherSource
-from cleanup_scripts.fileio import (DiskFullError, InputError, disk_full, ensure_dir,
-                                    exclusive_lock, require_regular_file)
+from cleanup_scripts.fileio import (DiskFullError, InputError, ensure_dir, exclusive_lock,
+                                    require_regular_file)
 from cleanup_scripts.layout import DatasetLayout
 from cleanup_scripts.ledger import (Entry, read_marker, read_state, write_manifest, write_marker,
                                     write_state)
@@ -118,11 +117,8 @@ def fetch_dump(layout: DatasetLayout, options: Options) -> Path:
     path = local_dump(options.dump)
     if path is None:
         path = layout.download_dir / name
-        try:
-            fetch(options.dump, path, expected_md5=official.md5 if official else None,
-                  expected_size=official.size if official else None)
-        except OSError as err:
-            raise disk_full(partial_name(path), err) or err
+        fetch(options.dump, path, expected_md5=official.md5 if official else None,
+              expected_size=official.size if official else None)
         return path
     check_local_dump(path)
     if official is not None and not files.verify_file(path, official.md5):

@@ -68,14 +68,12 @@ def resume_hint(partial: Path) -> str:
     return ""
 
 
-def write_failed(dest: Path, err: OSError) -> InputError:
-    """The one-line error for a write into `dest`'s `.partial` that failed with `err`: "no space
-    left on device" (a DiskFullError) or the system's words, and how to resume from the bytes
-    written so far."""
-    partial = partial_name(dest)
-    cause = disk_full(dest, err) or InputError(f"{dest}: cannot write {partial.name} "
-                                               f"({err.strerror})")
-    return type(cause)(f"{cause}{resume_hint(partial)}")
+def write_failed(partial: Path, err: OSError) -> InputError:
+    """The one-line error naming the `.partial` file of a download for a write into it that
+    failed with `err`: a DiskFullError ("no space left on device") or the system's words. The
+    bytes it holds are kept: a re-run resumes from them."""
+    return disk_full(partial, err) or InputError(f"{partial}: cannot write ({err.strerror})"
+                                                 f"{resume_hint(partial)}")
 
 
 def verified(path: Path, md5: str | None, size: int | None = None) -> bool:

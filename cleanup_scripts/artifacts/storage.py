@@ -484,7 +484,7 @@ class _CountedWrites:
             while left:  # an unbuffered write may take fewer bytes than it is given
                 left = left[self._out.write(left):]
         except OSError as err:
-            raise write_failed(Path(self._out.name).with_suffix(""), err) from err
+            raise write_failed(Path(self._out.name), err) from err
         self._deadline.received += len(data)
         return len(data)
 

@@ -317,13 +317,14 @@ def _oversized(dest: Path, url: str, size: int | None, limit: int, announced: in
 @contextlib.contextmanager
 def _writing(dest: Path) -> Iterator[BinaryIO]:
     """`dest`'s `.partial` opened for appending; a write that fails (a full disk, a quota, a
-    file size limit) is one InputError naming `dest`, the bytes written so far kept to resume
-    from."""
+    file size limit) is one InputError naming it (`write_failed`), the bytes written so far
+    kept to resume from."""
+    partial = partial_name(dest)
     try:
-        with open(partial_name(dest), "ab") as out:
+        with open(partial, "ab") as out:
             yield out
     except OSError as err:  # the reads' errors are Retryable by then: this is a write's
-        raise write_failed(dest, err) from err
+        raise write_failed(partial, err) from err
 
 
 def _append(url: str, session: requests.Session, dest: Path, size: int | None,
