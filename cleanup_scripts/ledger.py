@@ -6,7 +6,7 @@
   lines, an md5 to trust while its file keeps its size and mtime;
 and OUT/manifest.tsv (`manifest_text`, `manifest_rows`): a `path<TAB>bytes<TAB>md5` header,
 then one such row per output; `write_manifest` writes it with `manifest.outputs` and
-`manifest.record` (the manifest's own ledger line), which `check_manifest_record` holds it to.
+`manifest.record` (the manifest's own ledger line), which `read_dataset_manifest` holds it to.
 
 A damaged state file counts as never written: it is removed with a warning.
 """
@@ -211,11 +211,24 @@ def write_manifest(layout: DatasetLayout, entries: dict[str, Entry]) -> None:
     write_entries(layout.manifest_record, {layout.manifest.name: Entry.of(layout.manifest)})
 
 
-def check_manifest_record(layout: DatasetLayout, rows: list[tuple[int, str, int, str]]) -> None:
+def read_dataset_manifest(layout: DatasetLayout) -> list[tuple[Path, str, int, str]]:
+    """(file, path as listed, bytes, md5) of each row of OUT/manifest.tsv (`read_manifest_rows`).
+    Every row's path is checked first (`resolve_inside`: nothing it names is read); then, in a
+    `make preprocess` output (a folder with `.state/`), the manifest is held to what the
+    manifest stage recorded (`_check_record`). InputError, one line, for any of it."""
+    rows = read_manifest_rows(layout.manifest)
+    files = [resolve_inside(layout.root, name, f"{layout.manifest}:{number}")
+             for number, name, _, _ in rows]
+    if layout.state_dir.is_dir():
+        _check_record(layout, rows)
+    return [(file, name, size, md5) for file, (_, name, size, md5) in zip(files, rows)]
+
+
+def _check_record(layout: DatasetLayout, rows: list[tuple[int, str, int, str]]) -> None:
     """InputError, one line naming OUT/manifest.tsv, unless it is the manifest `write_manifest`
-    wrote: its size and md5 those `.state/manifest.record` holds, and its `rows` (from
-    `read_manifest_rows`) the files of `.state/manifest.outputs`. A manifest emptied, cut or
-    edited since, or one without its record (the manifest stage did not finish), is refused."""
+    wrote: its size and md5 those `.state/manifest.record` holds, and its `rows` the files of
+    `.state/manifest.outputs`. A manifest emptied, cut or edited since, or one without its
+    record (the manifest stage did not finish, or an older version ran it), is refused."""
     manifest, record_path = layout.manifest, layout.manifest_record
     redo = "delete it and run make preprocess again to rewrite it"
     record = OutputLedger(record_path, layout.root).entries().get(manifest.name)
@@ -224,13 +237,13 @@ def check_manifest_record(layout: DatasetLayout, rows: list[tuple[int, str, int,
                          f"the manifest the build wrote (its manifest stage did not finish, or "
                          f"an older version ran it): run make preprocess again")
     try:
-        size, md5 = manifest.stat().st_size, md5_file(manifest, progress=False)
+        actual = (manifest.stat().st_size, md5_file(manifest, progress=False))
     except OSError as err:
         raise InputError(f"{manifest}: cannot read the manifest ({err.strerror})") from err
-    if (size, md5) != (record.size, record.md5):
-        raise InputError(f"{manifest}: {size:,} bytes, md5 {md5}; the manifest stage wrote "
-                         f"{record.size:,} bytes, md5 {record.md5} ({record_path}): changed "
-                         f"since; {redo}")
+    if actual != (record.size, record.md5):
+        raise InputError(f"{manifest}: {actual[0]:,} bytes, md5 {actual[1]}; the manifest stage "
+                         f"wrote {record.size:,} bytes, md5 {record.md5} ({record_path}): "
+                         f"changed since; {redo}")
     listed = {name: (size, md5) for _, name, size, md5 in rows}
     ledger = layout.state_dir / "manifest.outputs"
     recorded = {name: (entry.size, entry.md5)

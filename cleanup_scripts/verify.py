@@ -34,7 +34,7 @@ from cleanup_scripts import checksums
 from cleanup_scripts.artifacts import verify as artifacts_verify
 from cleanup_scripts.artifacts.verify_dir import check_artifact, format_finding
 from cleanup_scripts.layout import DatasetLayout
-from cleanup_scripts.ledger import check_manifest_record, read_manifest_rows, recorded_entries
+from cleanup_scripts.ledger import read_dataset_manifest, recorded_entries
 from cleanup_scripts.runner import StageSummary, report
 
 # The official artifacts that preprocess never writes (checksums/inputs.md5).
@@ -61,14 +61,11 @@ def manifest_problems(layout: DatasetLayout, rehash: bool) -> tuple[list[str], i
     Each row's path goes through `resolve_inside`: one that is absolute, holds `..`, leads
     outside OUT through a link or names no regular file (a FIFO, /dev/zero) is an InputError
     naming the manifest's line, and nothing it names is read or hashed. Then the manifest is
-    held to its record (`check_manifest_record`) before any file it lists is."""
-    rows = read_manifest_rows(layout.manifest)
-    paths = [resolve_inside(layout.root, name, f"{layout.manifest}:{number}")
-             for number, name, _, _ in rows]
-    check_manifest_record(layout, rows)
+    held to its record in `.state/` before any file it lists is (`read_dataset_manifest`)."""
+    listed = read_dataset_manifest(layout)
     mtimes = {name: entries[-1].mtime_ns for name, entries in recorded_entries(layout).items()}
     problems = []
-    for path, (_, name, size, md5) in zip(paths, rows):
+    for path, name, size, md5 in listed:
         try:
             stat = path.stat()
         except FileNotFoundError:
@@ -82,7 +79,7 @@ def manifest_problems(layout: DatasetLayout, rehash: bool) -> tuple[list[str], i
             if actual != md5:
                 problems.append(f"changed  {printable(name)}  [md5 {actual}, manifest.tsv has "
                                 f"{md5}]")
-    return problems, len(rows), sum(size for _, _, size, _ in rows)
+    return problems, len(listed), sum(size for _, _, size, _ in listed)
 
 
 def verify_preprocess_output(directory: str, rehash: bool) -> bool:

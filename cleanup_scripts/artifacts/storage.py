@@ -42,9 +42,8 @@ from cleanup_scripts.artifacts import (partial_name, problem, resume_hint, verif
 from cleanup_scripts.artifacts.transfer import Deadline, DeadlinePassed, watch_session
 from cleanup_scripts.fileio import InputError, ensure_dir
 from cleanup_scripts.layout import DatasetLayout
-from cleanup_scripts.ledger import (MANIFEST_HEADER, MANIFEST_MAX_BYTES, Entry,
-                                    check_manifest_record, manifest_rows, read_manifest_rows,
-                                    recorded_entries)
+from cleanup_scripts.ledger import (MANIFEST_HEADER, MANIFEST_MAX_BYTES, Entry, manifest_rows,
+                                    read_dataset_manifest, recorded_entries)
 from cleanup_scripts.runner import StageSummary, report
 
 GS_SCHEME = "gs://"
@@ -272,17 +271,11 @@ def read_manifest(source_dir: Path) -> list[LocalFile]:
     """The files listed in `source_dir/manifest.tsv` (path, bytes, md5), then the manifest.
     InputError for a listed path that leads outside `source_dir` or is no regular file
     (`resolve_inside`), a manifest that lists no file, one of a `make preprocess` output (with
-    `.state/`) that is not the one its manifest stage wrote (`check_manifest_record`), or a
+    `.state/`) that is not the one its manifest stage wrote (`read_dataset_manifest`), or a
     listed file that is missing or not of the listed size."""
     manifest = source_dir / MANIFEST
-    rows = read_manifest_rows(manifest)
-    paths = [resolve_inside(source_dir, relative, f"{manifest}:{number}")
-             for number, relative, _, _ in rows]
-    layout = DatasetLayout(source_dir)
-    if layout.state_dir.is_dir():
-        check_manifest_record(layout, rows)
     files = []
-    for path, (_, relative, size, md5) in zip(paths, rows):
+    for path, relative, size, md5 in read_dataset_manifest(DatasetLayout(source_dir)):
         try:
             actual = path.stat().st_size
         except OSError as err:
