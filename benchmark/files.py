@@ -5,7 +5,8 @@ one-line errors they raise.
 output folder or says in one line why it cannot; `md5_file` hashes a file in 1 MiB chunks.
 For input made by others: `open_regular`/`read_regular` read only regular files up to a size
 limit (never a FIFO or a device), `link_outside` tells a link leaving a tree, `resolve_inside`
-checks a path a record names (relative, inside its tree, a regular file), `walk_files`
+checks a path a record names (relative, inside its tree, a regular file; its text alone:
+`relative_path_problem`), `walk_files`
 walks to a bounded depth without recursion, `scratch_dir` makes a temporary folder that a later
 run removes if its process died.
 `InputError` (a `UserError`) names the file or folder at fault; `DiskFullError` says the disk
@@ -239,6 +240,18 @@ def link_outside(path: str | os.PathLike, root: str | os.PathLike) -> str | None
     return real
 
 
+def relative_path_problem(relative: str) -> str | None:
+    """Why `relative`, a path a record names, is not a `/`-separated relative path of printable
+    characters without an empty, `.` or `..` component ("is an absolute path", ...); None when
+    it is one. Only the text is judged: nothing is looked up."""
+    if relative.startswith("/"):
+        return "is an absolute path"
+    if any(part in ("", ".", "..") for part in relative.split("/")) or not relative.isprintable():
+        return "is not a plain relative path (a '..', '.' or empty component, or a control " \
+               "character)"
+    return None
+
+
 def resolve_inside(root: str | os.PathLike, relative: str, where: str) -> Path:
     """`root/relative` for a path that a record names (a line of a `.state` file, a
     `manifest.tsv` row, an object name, an artifact's place): the one check of every such path.
@@ -251,14 +264,9 @@ def resolve_inside(root: str | os.PathLike, relative: str, where: str) -> Path:
     leads to is never opened, and its content never quoted.
     """
     shown = f"'{printable(relative)}'"
-    parts = relative.split("/")
-    if relative.startswith("/"):
-        reason = "is an absolute path"
-    elif any(part in ("", ".", "..") for part in parts) or not relative.isprintable():
-        reason = "is not a plain relative path (a '..', '.' or empty component, or a control " \
-                 "character)"
-    else:
-        path = Path(root).joinpath(*parts)
+    reason = relative_path_problem(relative)
+    if reason is None:
+        path = Path(root).joinpath(*relative.split("/"))
         outside = link_outside(path, root)
         if outside is not None:
             reason = f"leads outside {printable(root)} (a link to {printable(outside)})"

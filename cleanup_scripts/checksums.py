@@ -21,7 +21,8 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmark.files import read_regular, resolve_inside
+from benchmark.errors import printable
+from benchmark.files import read_regular, relative_path_problem, resolve_inside
 from checksums import CHECKSUMS_DIR
 from cleanup_scripts.fileio import InputError
 
@@ -69,10 +70,21 @@ def _read_lines(path: Path) -> list[str]:
         raise InputError(f"{path}: cannot read checksum file ({err.strerror})") from err
 
 
+def _checked_path(name: str, where: str) -> str:
+    """`name`, a file a table row names, when it is a plain relative path (a leading `./`
+    allowed, as `md5sum` writes it); else InputError naming `where` (the table and line)."""
+    problem = relative_path_problem(name.removeprefix("./"))
+    if problem is not None:
+        raise InputError(f"{where}: '{printable(name)}' {problem}; not used")
+    return name
+
+
 def parse_md5_manifest(path: str | Path) -> dict[str, str]:
     """Read an `md5sum` manifest: {relative path: lower-case md5}, in file order.
 
-    Blank lines and `#` comments are skipped; any other malformed line is an InputError.
+    Blank lines and `#` comments are skipped; any other malformed line, or a path that is not
+    plain and relative (`..`, absolute: it would lead out of the folder), is an InputError
+    naming the file and line.
     """
     path = Path(path)
     table: dict[str, str] = {}
@@ -82,12 +94,14 @@ def parse_md5_manifest(path: str | Path) -> dict[str, str]:
         match = _MD5_LINE.match(line)
         if not match:
             raise InputError(f"{path}:{number}: not an md5sum line: {line[:60]!r}")
-        table[match.group(2)] = match.group(1).lower()
+        table[_checked_path(match.group(2), f"{path}:{number}")] = match.group(1).lower()
     return table
 
 
 def parse_sizes(path: str | Path) -> dict[str, int]:
-    """Read `sizes.tsv` (a `path<TAB>bytes` header, then one row per file): {path: bytes}."""
+    """Read `sizes.tsv` (a `path<TAB>bytes` header, then one row per file): {path: bytes}.
+    InputError naming the file and line for a malformed row or a path that is not plain and
+    relative."""
     path = Path(path)
     lines = _read_lines(path)
     table: dict[str, int] = {}
@@ -97,7 +111,7 @@ def parse_sizes(path: str | Path) -> dict[str, int]:
         fields = line.split("\t")
         if len(fields) != 2 or not fields[1].isdigit():
             raise InputError(f"{path}:{number}: expected 'path<TAB>bytes': {line[:60]!r}")
-        table[fields[0]] = int(fields[1])
+        table[_checked_path(fields[0], f"{path}:{number}")] = int(fields[1])
     return table
 
 

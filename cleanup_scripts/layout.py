@@ -55,6 +55,11 @@ class DatasetLayout:
         return self.root / ".state"
 
     @property
+    def manifest_record(self) -> Path:
+        """The size, mtime and md5 of manifest.tsv as the manifest stage wrote it (`ledger`)."""
+        return self.state_dir / "manifest.record"
+
+    @property
     def results_md5s(self) -> Path:
         """The ledger of the md5s of the --results_text files (absent for a dump)."""
         return self.state_dir / "import_results.md5s"

@@ -5,7 +5,8 @@
 - a ledger (`manifest.outputs`, `import_results.md5s`): `path<TAB>bytes<TAB>mtime_ns<TAB>md5`
   lines, an md5 to trust while its file keeps its size and mtime;
 and OUT/manifest.tsv (`manifest_text`, `manifest_rows`): a `path<TAB>bytes<TAB>md5` header,
-then one such row per output.
+then one such row per output; `write_manifest` writes it with `manifest.outputs` and
+`manifest.record` (the manifest's own ledger line), which `read_dataset_manifest` holds it to.
 
 A damaged state file counts as never written: it is removed with a warning.
 """
@@ -14,7 +15,6 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Iterator
 from pathlib import Path
 
 from absl import logging
@@ -163,11 +163,17 @@ def manifest_text(entries: dict[str, Entry]) -> str:
                                      for name, entry in entries.items())
 
 
-def manifest_rows(text: str, where: str) -> Iterator[tuple[int, str, int, str]]:
-    """(line number, path, bytes, md5) of each row of a manifest.tsv's `text` (its header
-    skipped, blank lines too); InputError naming `where` and the line for any other row that is
-    not `path<TAB>bytes<TAB>md5`."""
-    for number, line in enumerate(text.splitlines()[1:], start=2):
+def manifest_rows(text: str, where: str) -> list[tuple[int, str, int, str]]:
+    """(line number, path, bytes, md5) of each row of a manifest.tsv's `text` (blank lines
+    skipped). InputError naming `where` (and the line) when the first line is not the header,
+    a row is not `path<TAB>bytes<TAB>md5`, or there is no row: a manifest lists at least one
+    file, so an emptied one never passes for a dataset of none."""
+    lines = text.splitlines()
+    if lines and lines[0] != MANIFEST_HEADER.rstrip("\n"):
+        raise InputError(f"{where}: not a manifest (its first line must be "
+                         f"{MANIFEST_HEADER.rstrip()!r})")
+    rows = []
+    for number, line in enumerate(lines[1:], start=2):
         fields = line.split("\t")
         if not line.strip():
             continue
@@ -175,7 +181,11 @@ def manifest_rows(text: str, where: str) -> Iterator[tuple[int, str, int, str]]:
                 or not re.fullmatch(r"[0-9a-fA-F]{32}", fields[2])):
             raise InputError(f"{where}:{number}: expected 'path<TAB>bytes<TAB>md5': "
                              f"{printable(line[:60])}")
-        yield number, fields[0], int(fields[1]), fields[2].lower()
+        rows.append((number, fields[0], int(fields[1]), fields[2].lower()))
+    if not rows:
+        raise InputError(f"{where}: lists no files (a manifest lists every file of its "
+                         f"dataset); not a dataset")
+    return rows
 
 
 def read_manifest_rows(path: Path) -> list[tuple[int, str, int, str]]:
@@ -188,4 +198,58 @@ def read_manifest_rows(path: Path) -> list[tuple[int, str, int, str]]:
         raise InputError(f"{printable(path)}: cannot read the manifest (not UTF-8 text)") from err
     except OSError as err:
         raise InputError(f"{printable(path)}: cannot read the manifest ({err.strerror})") from err
-    return list(manifest_rows(text, str(path)))
+    return manifest_rows(text, str(path))
+
+
+def write_manifest(layout: DatasetLayout, entries: dict[str, Entry]) -> None:
+    """Write OUT/manifest.tsv listing `entries` ({path relative to OUT: Entry}), with its two
+    records in `.state/`: `manifest.outputs` (the entries) before it, and `manifest.record`
+    (its own size, mtime and md5) after it, each atomically."""
+    write_entries(layout.state_dir / "manifest.outputs", entries)
+    with atomic_output(layout.manifest) as out:
+        out.write(manifest_text(entries))
+    write_entries(layout.manifest_record, {layout.manifest.name: Entry.of(layout.manifest)})
+
+
+def read_dataset_manifest(layout: DatasetLayout) -> list[tuple[Path, str, int, str]]:
+    """(file, path as listed, bytes, md5) of each row of OUT/manifest.tsv (`read_manifest_rows`).
+    Every row's path is checked first (`resolve_inside`: nothing it names is read); then, in a
+    `make preprocess` output (a folder with `.state/`), the manifest is held to what the
+    manifest stage recorded (`_check_record`). InputError, one line, for any of it."""
+    rows = read_manifest_rows(layout.manifest)
+    files = [resolve_inside(layout.root, name, f"{layout.manifest}:{number}")
+             for number, name, _, _ in rows]
+    if layout.state_dir.is_dir():
+        _check_record(layout, rows)
+    return [(file, name, size, md5) for file, (_, name, size, md5) in zip(files, rows)]
+
+
+def _check_record(layout: DatasetLayout, rows: list[tuple[int, str, int, str]]) -> None:
+    """InputError, one line naming OUT/manifest.tsv, unless it is the manifest `write_manifest`
+    wrote: its size and md5 those `.state/manifest.record` holds, and its `rows` the files of
+    `.state/manifest.outputs`. A manifest emptied, cut or edited since, or one without its
+    record (the manifest stage did not finish, or an older version ran it), is refused."""
+    manifest, record_path = layout.manifest, layout.manifest_record
+    redo = "delete it and run make preprocess again to rewrite it"
+    record = OutputLedger(record_path, layout.root).entries().get(manifest.name)
+    if record is None:
+        raise InputError(f"{manifest}: no record of it in {record_path}, so nothing shows it is "
+                         f"the manifest the build wrote (its manifest stage did not finish, or "
+                         f"an older version ran it): run make preprocess again")
+    try:
+        actual = (manifest.stat().st_size, md5_file(manifest, progress=False))
+    except OSError as err:
+        raise InputError(f"{manifest}: cannot read the manifest ({err.strerror})") from err
+    if actual != (record.size, record.md5):
+        raise InputError(f"{manifest}: {actual[0]:,} bytes, md5 {actual[1]}; the manifest stage "
+                         f"wrote {record.size:,} bytes, md5 {record.md5} ({record_path}): "
+                         f"changed since; {redo}")
+    listed = {name: (size, md5) for _, name, size, md5 in rows}
+    ledger = layout.state_dir / "manifest.outputs"
+    recorded = {name: (entry.size, entry.md5)
+                for name, entry in OutputLedger(ledger, layout.root).entries().items()}
+    if listed != recorded:
+        first = min(set(listed.items()) ^ set(recorded.items()))[0]
+        raise InputError(f"{manifest}: lists {len(listed)} files, {ledger} recorded "
+                         f"{len(recorded)} when it was written (first difference: "
+                         f"{printable(first)}); {redo}")

@@ -32,14 +32,13 @@ from benchmark.errors import exit_on_user_error
 from cleanup_scripts import SAMPLE_DUMP, VOCAB_FILE
 from cleanup_scripts import create_pretraining_data as pretraining
 from cleanup_scripts import checksums, extract, import_results, pick_eval_samples, process_wiki
-from cleanup_scripts.artifacts import partial_name
 from cleanup_scripts.artifacts.transfer import fetch
 from cleanup_scripts.do_gather import GatherSource
-from cleanup_scripts.fileio import (DiskFullError, InputError, atomic_output, disk_full,
-                                    ensure_dir, exclusive_lock, require_regular_file)
+from cleanup_scripts.fileio import (DiskFullError, InputError, ensure_dir, exclusive_lock,
+                                    require_regular_file)
 from cleanup_scripts.layout import DatasetLayout
-from cleanup_scripts.ledger import (Entry, manifest_text, read_marker, read_state, write_entries,
-                                    write_marker, write_state)
+from cleanup_scripts.ledger import (Entry, read_marker, read_state, write_manifest, write_marker,
+                                    write_state)
 from cleanup_scripts.pack_pretraining_data import (MAX_SEQUENCES_PER_PACK, PackOptions,
                                                    pack_files)
 from cleanup_scripts.pack_pretraining_data import check_options as check_pack_options
@@ -118,11 +117,8 @@ def fetch_dump(layout: DatasetLayout, options: Options) -> Path:
     path = local_dump(options.dump)
     if path is None:
         path = layout.download_dir / name
-        try:
-            fetch(options.dump, path, expected_md5=official.md5 if official else None,
-                  expected_size=official.size if official else None)
-        except OSError as err:
-            raise disk_full(partial_name(path), err) or err
+        fetch(options.dump, path, expected_md5=official.md5 if official else None,
+              expected_size=official.size if official else None)
         return path
     check_local_dump(path)
     if official is not None and not files.verify_file(path, official.md5):
@@ -246,8 +242,9 @@ def run_pack(layout: DatasetLayout, options: Options) -> StageSummary:
 def run_manifest(layout: DatasetLayout, options: Options) -> StageSummary:
     """manifest.tsv (path, bytes, md5 of every output), and the same with mtimes in
     .state/manifest.outputs, which lets `make verify` and `make upload` trust an md5 while its
-    file keeps its size and mtime. A link there leading out of OUT is an InputError
-    (`resolve_inside`): nothing outside is hashed into the manifest."""
+    file keeps its size and mtime; the manifest's own size and md5 in .state/manifest.record,
+    which they hold it to (`ledger.write_manifest`). A link there leading out of OUT is an
+    InputError (`resolve_inside`): nothing outside is hashed into the manifest."""
     started = time.time()
     folders = [layout.text_dir, layout.results_dir, layout.tfrecord_dir] + (
         [layout.packed_dir] if options.pack else [])
@@ -260,9 +257,7 @@ def run_manifest(layout: DatasetLayout, options: Options) -> StageSummary:
         for path in outputs:
             entries[str(path.relative_to(layout.root))] = entry = Entry.of(path)
             bar.advance(1, entry.size)
-    write_entries(layout.state_dir / "manifest.outputs", entries)
-    with atomic_output(layout.manifest) as out:
-        out.write(manifest_text(entries))
+    write_manifest(layout, entries)
     return StageSummary("manifest", len(outputs), len(outputs),
                         sum(entry.size for entry in entries.values()), started)
 
@@ -276,7 +271,8 @@ _LATER_STAGES = (
           output_dir=lambda layout: layout.tfrecord_dir),
     Stage("eval_10k", run_eval_10k, ("num_eval_examples",),
           lambda layout: [layout.tfrecord_dir / "eval_10k"]),
-    Stage("manifest", run_manifest, ("pack",), lambda layout: [layout.manifest]),
+    Stage("manifest", run_manifest, ("pack",),
+          lambda layout: [layout.manifest, layout.manifest_record]),
 )
 
 # From a Wikipedia dump (the default route).

@@ -7,9 +7,11 @@ Any DIR but a preprocess output: the command line of `cleanup_scripts.artifacts.
 there), every known official artifact `ok`, `differs` or `missing`.
 
 A preprocess output is checked for what it is, a dataset this harness built:
-1. every file its `manifest.tsv` lists is still as recorded (size; md5 where the mtime differs
-   from the stage's record in `.state/`, every md5 with --rehash): this decides the exit
-   status (1 when a file is missing or changed);
+1. its `manifest.tsv` is the one the manifest stage wrote (size and md5 as `.state/` recorded
+   them, the files it lists those recorded with it; else one line, exit 1), and every file it
+   lists is still as recorded (size; md5 where the mtime differs from the stage's record in
+   `.state/`, every md5 with --rehash): this decides the exit status (1 when a file is missing
+   or changed; the first SHOWN_PROBLEMS are named, the rest counted);
 2. the files it holds that have official values (`checksums/`) are compared with them. A build
    from a dump is not byte-identical to the official text (see docs/exactness.md), so
    there a difference is reported, not an error; a build from the official text
@@ -32,11 +34,12 @@ from cleanup_scripts import checksums
 from cleanup_scripts.artifacts import verify as artifacts_verify
 from cleanup_scripts.artifacts.verify_dir import check_artifact, format_finding
 from cleanup_scripts.layout import DatasetLayout
-from cleanup_scripts.ledger import read_manifest_rows, recorded_entries
+from cleanup_scripts.ledger import read_dataset_manifest, recorded_entries
 from cleanup_scripts.runner import StageSummary, report
 
 # The official artifacts that preprocess never writes (checksums/inputs.md5).
 INPUT_GROUP = "inputs"
+SHOWN_PROBLEMS = 20  # files missing or changed named one per line; the others are counted
 
 
 def is_preprocess_output(directory: str) -> bool:
@@ -57,12 +60,12 @@ def manifest_problems(layout: DatasetLayout, rehash: bool) -> tuple[list[str], i
 
     Each row's path goes through `resolve_inside`: one that is absolute, holds `..`, leads
     outside OUT through a link or names no regular file (a FIFO, /dev/zero) is an InputError
-    naming the manifest's line, and nothing it names is read or hashed."""
-    rows = read_manifest_rows(layout.manifest)
+    naming the manifest's line, and nothing it names is read or hashed. Then the manifest is
+    held to its record in `.state/` before any file it lists is (`read_dataset_manifest`)."""
+    listed = read_dataset_manifest(layout)
     mtimes = {name: entries[-1].mtime_ns for name, entries in recorded_entries(layout).items()}
     problems = []
-    for number, name, size, md5 in rows:
-        path = resolve_inside(layout.root, name, f"{layout.manifest}:{number}")
+    for path, name, size, md5 in listed:
         try:
             stat = path.stat()
         except FileNotFoundError:
@@ -76,7 +79,7 @@ def manifest_problems(layout: DatasetLayout, rehash: bool) -> tuple[list[str], i
             if actual != md5:
                 problems.append(f"changed  {printable(name)}  [md5 {actual}, manifest.tsv has "
                                 f"{md5}]")
-    return problems, len(rows), sum(size for _, _, size, _ in rows)
+    return problems, len(listed), sum(size for _, _, size, _ in listed)
 
 
 def verify_preprocess_output(directory: str, rehash: bool) -> bool:
@@ -89,8 +92,11 @@ def verify_preprocess_output(directory: str, rehash: bool) -> bool:
     print(f"{directory}: a make preprocess output (from {route}): checking the files its "
           f"manifest.tsv lists, then those with official md5s or sizes")
     problems, listed, listed_bytes = manifest_problems(layout, rehash)
-    for line in problems:
+    for line in problems[:SHOWN_PROBLEMS]:
         print(line)
+    if len(problems) > SHOWN_PROBLEMS:
+        print(f"... and {len(problems) - SHOWN_PROBLEMS:,} more missing or changed (not "
+              f"listed)")
     how = "md5 recomputed" if rehash else "size, and md5 where the mtime changed since it was made"
     print(f"manifest.tsv: {listed - len(problems)} of {listed} files as recorded ({how}); "
           f"{len(problems)} missing or changed")

@@ -68,6 +68,14 @@ def resume_hint(partial: Path) -> str:
     return ""
 
 
+def write_failed(partial: Path, err: OSError) -> InputError:
+    """The one-line error naming the `.partial` file of a download for a write into it that
+    failed with `err`: a DiskFullError ("no space left on device") or the system's words. The
+    bytes it holds are kept: a re-run resumes from them."""
+    return disk_full(partial, err) or InputError(f"{partial}: cannot write ({err.strerror})"
+                                                 f"{resume_hint(partial)}")
+
+
 def verified(path: Path, md5: str | None, size: int | None = None) -> bool:
     """Whether `path` already holds the file with md5 `md5` (and `size` bytes, when known);
     the size is compared first, so a wrong one costs no read."""
@@ -101,13 +109,20 @@ def place(source: Path, dest: Path) -> None:
             f"{dest}: cannot place {source} there ({err.strerror})") from err
 
 
-def write_checked(chunks: Iterable[bytes], dest: Path, md5: str | None, origin: str) -> str:
+def write_checked(chunks: Iterable[bytes], dest: Path, md5: str | None, origin: str,
+                  max_size: int | None = None) -> str:
     """Write `chunks` to `dest`, which takes its name only complete and, when `md5` is given,
     with that md5; returns the md5 written. InputError naming `dest` and `origin` (where the
-    bytes came from), and no `dest`, on a mismatch."""
+    bytes came from), and no `dest`, on a mismatch, or as soon as the chunks bring more than
+    `max_size` bytes (the writing stops there)."""
     digest = hashlib.md5()
+    written = 0
     with atomic_output(dest, "wb") as out:
         for chunk in chunks:
+            written += len(chunk)
+            if max_size is not None and written > max_size:
+                raise InputError(f"{dest}: more than {max_size:,} bytes ({origin}); stopped, "
+                                 f"not kept")
             digest.update(chunk)
             out.write(chunk)
         if md5 is not None and digest.hexdigest() != md5:

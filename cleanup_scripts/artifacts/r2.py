@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Callable, Iterator, Mapping
 
-from benchmark.files import md5_file
+from benchmark.errors import printable
+from benchmark.files import md5_file, resolve_inside
 from cleanup_scripts import checksums
 from cleanup_scripts.artifacts import place, verified, write_checked
 from cleanup_scripts.artifacts.transfer import CHUNK_SIZE, LoginRequired, fetch
@@ -47,6 +48,9 @@ R2_RESULTS_SOURCES = (R2_RESULTS_ARCHIVE, "results_text.zip", "results4")
 # be a little larger).
 R2_METADATA_MAX_BYTES = 1 << 20
 R2_RESULTS_ARCHIVE_MAX_BYTES = 16 << 30
+# The most a results/ file without a size in checksums/sizes.tsv may unpack to (the official
+# parts have ~27 MB each, eval.txt 33 MB).
+R2_RESULTS_MEMBER_MAX_BYTES = 1 << 30
 R2_DOWNLOADER = "mlc-r2-downloader.sh"
 R2_DOWNLOADER_URL = ("https://raw.githubusercontent.com/mlcommons/r2-downloader/refs/heads/main/"
                      + R2_DOWNLOADER)
@@ -123,6 +127,19 @@ class Dataset:
               max_size=ceiling)
 
 
+def check_dataset_scheme(uri: str, base_url: str) -> None:
+    """InputError, one line naming the `.uri` file `uri`, unless the dataset folder it names,
+    `base_url`, is https, or of the scheme `uri` itself was read with (a mirror the user
+    named with --r2_metadata): the bucket's metadata never sends the download to a local file
+    (`file://`) or another protocol."""
+    scheme = urllib.parse.urlsplit(base_url).scheme.lower()
+    allowed = {"https", urllib.parse.urlsplit(uri).scheme.lower()}
+    if scheme not in allowed:
+        raise InputError(f"{uri}: names the dataset folder {printable(base_url)}, a {scheme}:// "
+                         f"URL; only {' or '.join(sorted(f'{s}://' for s in allowed))} is "
+                         f"followed")
+
+
 def open_dataset(metadata_url: str, name: str, folder: Path, retries: int) -> Dataset:
     """Fetch dataset `name`'s `.uri` and `.md5` into `folder`, where the official downloader
     keeps them too. LoginRequired when the bucket wants credentials."""
@@ -130,9 +147,10 @@ def open_dataset(metadata_url: str, name: str, folder: Path, retries: int) -> Da
     where = ensure_dir(folder) / f"{name}.uri"
     fetch(uri, where, retries=retries, max_size=R2_METADATA_MAX_BYTES)
     lines = where.read_text(encoding="utf-8", errors="replace").split()
-    if len(lines) != 1 or not re.match(r"^(https?|file)://\S+$", lines[0]):
+    if len(lines) != 1 or not re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://\S+$", lines[0]):
         raise InputError(f"{uri}: not a dataset .uri file (one line, the URL of the dataset's "
                          f"folder, was expected)")
+    check_dataset_scheme(uri, lines[0])
     listing = folder / f"{name}.md5"
     fetch(uri.removesuffix(".uri") + ".md5", listing, retries=retries,
           max_size=R2_METADATA_MAX_BYTES)
@@ -286,39 +304,55 @@ def results_expected(list_path: Path, known: Mapping[str, checksums.Artifact]
     return expected
 
 
-def _members(source: Path) -> Iterator[tuple[str, BinaryIO]]:
-    """(path, stream) of each file of a results archive (.tar.gz read as a stream, .zip) or of
-    the folder it unpacks to."""
+def results_sizes(known: Mapping[str, checksums.Artifact]) -> dict[str, int]:
+    """{file name in results/: bytes} of the results/ files `known` records a size for."""
+    return {path.removeprefix("results/"): artifact.size for path, artifact in known.items()
+            if path.startswith("results/") and artifact.size is not None}
+
+
+def _members(source: Path) -> Iterator[tuple[str, int, BinaryIO]]:
+    """(path, size its header declares, stream) of each file of a results archive (.tar.gz
+    read as a stream, .zip) or of the folder it unpacks to (a link there leading out of it is
+    an InputError, `resolve_inside`)."""
     if source.is_dir():
         for path in sorted(p for p in source.rglob("*") if p.is_file()):
-            with open(path, "rb") as handle:
-                yield path.relative_to(source).as_posix(), handle
+            relative = path.relative_to(source).as_posix()
+            with open(resolve_inside(source, relative, str(source)), "rb") as handle:
+                yield relative, os.fstat(handle.fileno()).st_size, handle
     elif source.suffix == ".zip":
         with zipfile.ZipFile(source) as archive:
             for info in archive.infolist():
                 if not info.is_dir():
                     with archive.open(info) as handle:
-                        yield info.filename, handle
+                        yield info.filename, info.file_size, handle
     else:
         with tarfile.open(source, "r|*") as archive:  # a stream: one pass, no index
             for member in archive:
                 handle = archive.extractfile(member) if member.isfile() else None
                 if handle is not None:
-                    yield member.name, handle
+                    yield member.name, member.size, handle
 
 
 def unpack_results(archive: Path, expected: Mapping[str, str], names: list[str],
-                   results_dir: Path) -> None:
+                   results_dir: Path, sizes: Mapping[str, int]) -> None:
     """Write files `names` of results/ from `archive` (see `_members`) into `results_dir`, each
-    with its md5 of `expected` before it takes its name."""
+    with its md5 of `expected` before it takes its name. Each is bounded before a byte is
+    written: a member whose header declares more than its size in `sizes` (or, without one,
+    R2_RESULTS_MEMBER_MAX_BYTES) is refused, and one that brings more is stopped there."""
     ensure_dir(results_dir)
     todo = set(names)
     try:
-        for member, stream in _members(archive):
+        for member, declared, stream in _members(archive):
             name = _flat_name(member)
             if name in todo:
+                limit = sizes.get(name, R2_RESULTS_MEMBER_MAX_BYTES)
+                if declared > limit:
+                    what = ("its recorded size is" if name in sizes
+                            else "a results/ file has at most")
+                    raise InputError(f"{archive}: member {printable(member)} is {declared:,} "
+                                     f"bytes, {what} {limit:,}; nothing of it unpacked")
                 write_checked(iter(lambda: stream.read(CHUNK_SIZE), b""), results_dir / name,
-                              expected[name], f"unpacked from {archive}")
+                              expected[name], f"unpacked from {archive}", limit)
                 todo.discard(name)
                 if not todo:
                     break
@@ -357,7 +391,7 @@ def import_results(folder: Path, listing: Mapping[str, str] | None,
         if source is None:
             raise InputError(f"{folder}: holds none of {', '.join(R2_RESULTS_SOURCES)} "
                              f"(results/ of the processed dataset)")
-        unpack_results(source, expected, pending, results_dir)
+        unpack_results(source, expected, pending, results_dir, results_sizes(known))
     for name in names:
         print(f"ok  results/{name}")
     return [results_dir / name for name in names]

@@ -37,12 +37,13 @@ from tqdm import tqdm
 
 from benchmark.errors import exit_on_user_error, printable
 from benchmark.files import md5_file, resolve_inside, scratch_dir
-from cleanup_scripts.artifacts import partial_name, problem, resume_hint, verified
+from cleanup_scripts.artifacts import (partial_name, problem, resume_hint, verified,
+                                       write_failed)
 from cleanup_scripts.artifacts.transfer import Deadline, DeadlinePassed, watch_session
 from cleanup_scripts.fileio import InputError, ensure_dir
 from cleanup_scripts.layout import DatasetLayout
 from cleanup_scripts.ledger import (MANIFEST_HEADER, MANIFEST_MAX_BYTES, Entry, manifest_rows,
-                                    read_manifest_rows, recorded_entries)
+                                    read_dataset_manifest, recorded_entries)
 from cleanup_scripts.runner import StageSummary, report
 
 GS_SCHEME = "gs://"
@@ -269,11 +270,12 @@ class LocalFile:
 def read_manifest(source_dir: Path) -> list[LocalFile]:
     """The files listed in `source_dir/manifest.tsv` (path, bytes, md5), then the manifest.
     InputError for a listed path that leads outside `source_dir` or is no regular file
-    (`resolve_inside`), or a listed file that is missing or not of the listed size."""
+    (`resolve_inside`), a manifest that lists no file, one of a `make preprocess` output (with
+    `.state/`) that is not the one its manifest stage wrote (`read_dataset_manifest`), or a
+    listed file that is missing or not of the listed size."""
     manifest = source_dir / MANIFEST
     files = []
-    for number, relative, size, md5 in read_manifest_rows(manifest):
-        path = resolve_inside(source_dir, relative, f"{manifest}:{number}")
+    for path, relative, size, md5 in read_dataset_manifest(DatasetLayout(source_dir)):
         try:
             actual = path.stat().st_size
         except OSError as err:
@@ -287,9 +289,10 @@ def read_manifest(source_dir: Path) -> list[LocalFile]:
 
 def local_files(source_dir: str | os.PathLike) -> list[LocalFile]:
     """What an upload of `source_dir` sends: its `manifest.tsv`'s files and the manifest when
-    there is one (a `make preprocess` output), else every file of the tree but hidden ones
-    (`.state/`, `.*`) and `*.partial` downloads (`upload_tree` adds a manifest of them).
-    InputError for a path leading outside it, or a `manifest.tsv` that is no regular file."""
+    there is one (a `make preprocess` output, see `read_manifest`), else every file of the tree
+    but hidden ones (`.state/`, `.*`) and `*.partial` downloads (`upload_tree` adds a manifest
+    of them). InputError for a path leading outside it, a `manifest.tsv` that is no regular
+    file, or a tree with no file to send."""
     root = Path(source_dir)
     if not root.is_dir():
         raise InputError(f"{root}: not a directory")
@@ -303,6 +306,8 @@ def local_files(source_dir: str | os.PathLike) -> list[LocalFile]:
                 and not relative.name.endswith(".partial")):
             resolve_inside(root, str(relative), str(path))
             files.append(LocalFile(str(relative), path, path.stat().st_size, None))
+    if not files:
+        raise InputError(f"{root}: no files to upload (nor a {MANIFEST})")
     return files
 
 
@@ -458,17 +463,23 @@ def _delete_stale_manifest(client: storage.Client, url: GcsUrl, manifest: LocalF
 
 
 class _CountedWrites:
-    """A `.partial` file as the library writes the object into it: each write flushed at once
-    (a kill keeps it) and counted in `deadline.received`, which the rate floor watches."""
+    """A `.partial` file, opened unbuffered, as the library writes the object into it: each
+    write reaches the file at once (a kill keeps it) and is counted in `deadline.received`,
+    which the rate floor watches. A write that fails (a full disk) is one InputError naming
+    the file, the bytes so far kept to resume from."""
 
     def __init__(self, out: BinaryIO, deadline: Deadline) -> None:
         self._out, self._deadline = out, deadline
 
     def write(self, data: bytes) -> int:
-        count = self._out.write(data)
-        self._out.flush()
+        left = memoryview(data)
+        try:
+            while left:  # an unbuffered write may take fewer bytes than it is given
+                left = left[self._out.write(left):]
+        except OSError as err:
+            raise write_failed(Path(self._out.name), err) from err
         self._deadline.received += len(data)
-        return count
+        return len(data)
 
 
 def _read_object(access_: Access, url: GcsUrl, remote: RemoteObject, partial: Path,
@@ -479,7 +490,7 @@ def _read_object(access_: Access, url: GcsUrl, remote: RemoteObject, partial: Pa
     the object's size, and a floor on bytes per second (a dripping server is cut after
     RATE_WINDOW_S, and no retry follows)."""
     where = url.child(url.relative(remote.name))
-    with Deadline(remote.size) as deadline, open(partial, "ab") as out, \
+    with Deadline(remote.size) as deadline, open(partial, "ab", buffering=0) as out, \
             contextlib.closing(access_.client(deadline)) as client:
         out.truncate(start)
         if start >= remote.size:
@@ -600,11 +611,11 @@ def describe(transfers: Iterable[Transfer], verb: str, where: str) -> str:
     """One line: how many files were moved, resumed, or already there."""
     transfers = list(transfers)
     present = sum(t.action == "present" for t in transfers)
-    resumed = [f"{t.relative} resumed at byte {t.resumed_from}" for t in transfers
+    resumed = [f"{printable(t.relative)} resumed at byte {t.resumed_from}" for t in transfers
                if t.action == "resumed"]
     shown = f" ({', '.join(resumed[:5])}{', …' if len(resumed) > 5 else ''})" if resumed else ""
-    return (f"{verb}: {len(transfers)} files {where}: {len(transfers) - present} transferred"
-            f"{shown}, {present} already there with the right md5")
+    return (f"{verb}: {len(transfers)} files {printable(where)}: {len(transfers) - present} "
+            f"transferred{shown}, {present} already there with the right md5")
 
 
 def summary(stage: str, transfers: list[Transfer], started: float) -> StageSummary:
@@ -629,7 +640,7 @@ def main(argv: list[str] | None = None) -> None:
     url = parse_gcs_url(args.url)
     if args.command == "ls":
         for relative, remote in sorted(list_objects(url).items()):
-            print(f"{relative}\t{remote.size}\t{remote.md5 or '-'}")
+            print(f"{printable(relative)}\t{remote.size}\t{remote.md5 or '-'}")
         return
     started = time.time()
     transfers = download_prefix(url, args.directory, args.nworker)

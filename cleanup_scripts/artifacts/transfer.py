@@ -19,7 +19,7 @@ import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 import requests
 from requests.adapters import HTTPAdapter
@@ -29,7 +29,8 @@ from urllib3 import exceptions as urllib3_exceptions
 from benchmark.adapters.urllib3 import watched_pool_classes
 from benchmark.errors import printable
 from benchmark.files import md5_file, open_regular, resolve_inside
-from cleanup_scripts.artifacts import partial_name, problem, resume_hint, unknown_host, verified
+from cleanup_scripts.artifacts import (partial_name, problem, resume_hint, unknown_host, verified,
+                                       write_failed)
 from cleanup_scripts.fileio import InputError, ensure_dir
 
 CHUNK_SIZE = 1 << 20
@@ -209,19 +210,27 @@ def watch_session(session: requests.Session, deadline: Deadline,
     return session
 
 
-def _refuse_login(response: requests.Response, **kwargs) -> None:
-    """A response hook: a redirect to a Cloudflare Access login is not followed."""
-    if response.is_redirect and "/cdn-cgi/access/" in response.headers.get("Location", ""):
+def _refuse_redirect(response: requests.Response, **kwargs) -> None:
+    """A response hook: a redirect to a Cloudflare Access login, or to anything but an
+    http(s):// URL (`file://`, `ftp://`), is not followed: an InputError at once, no retry."""
+    if not response.is_redirect:
+        return
+    location = response.headers.get("Location", "")
+    if "/cdn-cgi/access/" in location:
         raise LoginRequired(f"{printable(response.url)}: asks for a Cloudflare Access login")
+    target = urllib.parse.urljoin(response.url, location)
+    if urllib.parse.urlsplit(target).scheme.lower() not in ("http", "https"):
+        raise InputError(f"{printable(response.url)}: redirects to {printable(target)}; only "
+                         f"http:// and https:// redirects are followed")
 
 
 def _session(deadline: Deadline) -> requests.Session:
     """The session of one file's requests: its sockets watched by `deadline`, at most
-    MAX_REDIRECTS redirects, none to a login page."""
+    MAX_REDIRECTS redirects, none to a login page or out of http(s)."""
     session = requests.Session()
     session.max_redirects = MAX_REDIRECTS
     session.headers.update({"User-Agent": USER_AGENT, "Accept-Encoding": "identity"})
-    session.hooks["response"].append(_refuse_login)
+    session.hooks["response"].append(_refuse_redirect)
     return watch_session(session, deadline)
 
 
@@ -297,6 +306,19 @@ def _oversized(dest: Path, url: str, size: int | None, limit: int, announced: in
     return InputError(f"{dest}: {printable(url)} {sent}, {what} {limit:,}; stopped, nothing kept")
 
 
+@contextlib.contextmanager
+def _writing(dest: Path) -> Iterator[BinaryIO]:
+    """`dest`'s `.partial` opened for appending; a write that fails (a full disk, a quota, a
+    file size limit) is one InputError naming it (`write_failed`), the bytes written so far
+    kept to resume from."""
+    partial = partial_name(dest)
+    try:
+        with open(partial, "ab") as out:
+            yield out
+    except OSError as err:  # the reads' errors are Retryable by then: this is a write's
+        raise write_failed(partial, err) from err
+
+
 def _append(url: str, session: requests.Session, dest: Path, size: int | None,
             limit: int | None, deadline: Deadline) -> None:
     """One attempt: append the rest of `url` to `dest`'s `.partial` (restarted when the source
@@ -312,7 +334,7 @@ def _append(url: str, session: requests.Session, dest: Path, size: int | None,
             raise _oversized(dest, url, size, limit, total)
         deadline.total = deadline.total or total
         total = total if total is not None else size
-        with open(partial, "ab") as out, tqdm(
+        with _writing(dest) as out, tqdm(
                 total=total, initial=start, unit="B", unit_scale=True, unit_divisor=1024,
                 desc=partial.name, leave=False, disable=None) as bar:
             out.truncate(start)

@@ -229,3 +229,35 @@ def test_a_download_never_writes_through_a_link_leading_out_of_its_folder(server
     assert capsys.readouterr().err == (f"error: {out / 'vocab.txt'}: '{link}' leads outside "
                                        f"{out} (a link to {outside}); not read\n")
     assert outside.read_bytes() == b"not the download's\n"
+
+
+@pytest.mark.parametrize("table, row", [("inputs.md5", "../../x"),
+                                        ("inputs.md5", "{outside}/abs"),
+                                        ("sizes.tsv", "tf1_ckpt/../../../x")])
+def test_a_table_row_naming_a_path_out_of_the_output_dir_is_one_line_and_writes_nothing(
+        tmp_path, capsys, table, row):
+    # Such a row made download create the file outside --output_dir, exit 0.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    row = row.format(outside=outside)
+    source = tmp_path / "source.bin"
+    source.write_bytes(b"any bytes\n")
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    md5 = hashlib.md5(source.read_bytes()).hexdigest()
+    (tables / "inputs.md5").write_text(f"{md5}  {row}\n" if table == "inputs.md5" else "")
+    (tables / "results.md5").write_text("")
+    (tables / "text-FE.md5").write_text("")
+    (tables / "sizes.tsv").write_text("path\tbytes\n" + (f"{row}\t10\n" if table == "sizes.tsv"
+                                                         else ""))
+    out = tmp_path / "a" / "b" / "out"
+    number = 1 if table == "inputs.md5" else 2
+    assert run_cli([f"--output_dir={out}", f"--checksums_dir={tables}", "--source=url",
+                    f"--artifacts={row}", f"--url={row}={source}"]) == 1
+    err = capsys.readouterr().err
+    reason = ("is an absolute path" if row.startswith("/") else
+              "is not a plain relative path (a '..', '.' or empty component, or a control "
+              "character)")
+    assert err == f"error: {tables / table}:{number}: '{row}' {reason}; not used\n"
+    assert list(outside.iterdir()) == [] and not (tmp_path / "a").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["outside", "source.bin", "tables"]

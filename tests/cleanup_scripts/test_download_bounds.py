@@ -8,6 +8,7 @@ leaves the machine).
 import http.server
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -36,10 +37,11 @@ class HostileServer:
     DRIP_S (Content-Length announced); /drip-headers drips the headers the same way;
     /endless sends bytes without Content-Length until ENDLESS_CAP (counting in `sent` what the
     client took); /huge announces 10**12 bytes; /loop redirects to itself; /evil answers 403
-    with a terminal escape sequence in its reason phrase."""
+    with a terminal escape sequence in its reason phrase; /to-file redirects to a local file
+    (`file://`). `requests` counts the requests."""
 
     def __init__(self):
-        self.sent = 0
+        self.sent = self.requests = 0
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -54,6 +56,7 @@ class HostileServer:
                 self.close_connection = True
 
             def do_GET(self):
+                server.requests += 1
                 try:
                     self.answer()
                 except OSError:  # the client hung up
@@ -84,6 +87,11 @@ class HostileServer:
                 elif self.path == "/loop":
                     self.send_response(302)
                     self.send_header("Location", "/loop")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                elif self.path == "/to-file":
+                    self.send_response(302)
+                    self.send_header("Location", "file:///etc/hostname")
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                 elif self.path == "/evil":
@@ -354,3 +362,33 @@ def test_the_deadline_wakes_a_blocked_read(monkeypatch):
         assert 0.25 < time.monotonic() - started < 2
         assert deadline.expired and deadline.passed()
     assert not any(thread.name == "download-deadline" for thread in threading.enumerate())
+
+
+def test_a_redirect_to_a_local_file_is_refused_at_once(server, tmp_path, capsys):
+    # It was retried three times with back-off (35 s), then a line about connection adapters.
+    url = server.url + "/to-file"
+    status, seconds = timed_cli(vocab_from(url, tmp_path))
+    assert status == 1
+    assert one_error_line(capsys) == (f"error: {url}: redirects to file:///etc/hostname; only "
+                                      f"http:// and https:// redirects are followed")
+    assert seconds < 5 and server.requests == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_during_a_download_is_one_line_and_the_rerun_resumes(server, tmp_path):
+    """The process may write at most LIMIT bytes to a file (RLIMIT_FSIZE: the write fails with
+    EFBIG, as one fails with ENOSPC on a full disk); the vocabulary has 231,508."""
+    limit = 100_000
+    dest, partial = tmp_path / "vocab.txt", partial_name(tmp_path / "vocab.txt")
+    args = [sys.executable, "-m", "cleanup_scripts.artifacts.download",
+            *vocab_from(server.url + "/vocab.txt", tmp_path)]
+    result = subprocess.run(
+        args, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True,
+        timeout=60, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
+    assert (result.returncode, result.stderr) == (
+        1, f"error: {partial}: no space left on device (file too large)\n")
+    assert not dest.exists() and VOCAB.startswith(partial.read_bytes())
+    assert 0 < partial.stat().st_size <= limit
+    assert run_module("cleanup_scripts.artifacts.download",
+                      *vocab_from(server.url + "/vocab.txt", tmp_path)).returncode == 0
+    assert dest.read_bytes() == VOCAB and not partial.exists()

@@ -28,7 +28,8 @@ import zipfile
 
 import pytest
 
-from cleanup_scripts.artifacts import partial_name, r2
+from cleanup_scripts.artifacts import partial_name, r2, write_checked
+from cleanup_scripts.fileio import InputError
 from tests.cleanup_scripts.range_server import loopback, send_ranged
 from tests.cleanup_scripts.test_download import run_cli
 
@@ -424,6 +425,62 @@ def test_an_interrupted_download_resumes_with_a_range_request(bucket, replica, t
     assert run_cli(args) == 0
     assert bucket.requests[-1] == (url_path, f"bytes={cut}-")
     assert (out / DUMP).read_bytes() == replica.inputs[DUMP]
+
+
+def test_a_uri_naming_a_local_folder_is_one_line_and_nothing_there_is_read(
+        bucket, replica, tables, tmp_path, capsys):
+    # A `.uri` of file:///some/folder was followed: the files there were opened and placed.
+    local = tmp_path / "local"
+    for path, data in replica.input_files().items():
+        (local / path).parent.mkdir(parents=True, exist_ok=True)
+        (local / path).write_bytes(data)
+    bucket.files[f"/metadata/{INPUTS}.uri"] = f"{local.as_uri()}\n".encode()
+    out = tmp_path / "out"
+    assert run_cli(r2_args(out, bucket, tables, "--artifacts=config")) == 1
+    assert error_line(capsys) == (
+        f"error: {bucket.url}/metadata/{INPUTS}.uri: names the dataset folder {local.as_uri()}, "
+        f"a file:// URL; only http:// or https:// is followed")
+    assert [path for path, _ in bucket.requests] == [f"/metadata/{INPUTS}.uri"]
+    assert not (out / "bert_config.json").exists()
+
+
+def test_the_bucket_metadata_leads_only_to_https():
+    uri = f"{r2.R2_METADATA_URL}/{INPUTS}.uri"
+    r2.check_dataset_scheme(uri, "https://training.mlcommons-storage.org/wikipedia_for_bert")
+    for folder in ("http://training.mlcommons-storage.org/x", "file:///etc", "ftp://host/x"):
+        with pytest.raises(InputError) as raised:
+            r2.check_dataset_scheme(uri, folder)
+        assert str(raised.value) == (f"{uri}: names the dataset folder {folder}, a "
+                                     f"{folder.partition(':')[0]}:// URL; only https:// is "
+                                     f"followed")
+
+
+@pytest.mark.parametrize("name", ["eval.txt", "part-00003-of-00500"])
+def test_an_archive_member_over_its_size_is_refused_before_a_byte_is_written(
+        bucket, replica, tables, tmp_path, capsys, monkeypatch, name):
+    # Each member was written whole (until the disk was full) before its md5 was checked.
+    monkeypatch.setattr(r2, "R2_RESULTS_MEMBER_MAX_BYTES", 1 << 20, raising=False)
+    bomb = bytes(8 << 20)  # zeros: 8 MiB from a few KB of gzip
+    replica.publish(bucket, processed=replica.processed_files({name: bomb}))
+    out = tmp_path / "out"
+    assert run_cli(r2_args(out, bucket, tables, "--artifacts=results")) == 1
+    archive = out / "r2" / PROCESSED / "results_text.tar.gz"
+    bound = (f"its recorded size is {len(replica.results[name]):,}" if name == "eval.txt"
+             else "a results/ file has at most 1,048,576")
+    assert error_line(capsys) == (f"error: {archive}: member results4/{name} is 8,388,608 "
+                                  f"bytes, {bound}; nothing of it unpacked")
+    assert not (out / "results" / name).exists() and leftovers(out) == []
+
+
+def test_md5_checked_writing_stops_at_the_most_bytes_expected(tmp_path):
+    def endless():
+        while True:
+            yield b"x" * 4096
+
+    with pytest.raises(InputError, match=r"out.txt: more than 10,000 bytes \(an endless "
+                                         r"source\); stopped, not kept$"):
+        write_checked(endless(), tmp_path / "out.txt", None, "an endless source", 10_000)
+    assert list(tmp_path.iterdir()) == []
 
 
 # ----------------------------------------------------------------------------------------------

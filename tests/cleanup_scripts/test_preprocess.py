@@ -356,6 +356,21 @@ def test_manifest_never_hashes_a_file_a_link_in_the_output_leads_to(first_run, t
     assert not (output / "manifest.tsv").exists() and md5_of(secret) not in result.stderr
 
 
+def test_a_build_without_the_manifests_record_gets_it_from_the_next_run(first_run, tmp_path):
+    # A build made before .state/manifest.record existed (or whose manifest stage did not
+    # finish): verify refuses its manifest, and the next run redoes only the manifest stage.
+    output = tmp_path / "dataset"
+    shutil.copytree(first_run, output)
+    (output / ".state" / "manifest.record").unlink()
+    refused = run_module("cleanup_scripts.verify", str(output), check=False)
+    assert refused.returncode == 1
+    assert refused.stderr.endswith("an older version ran it): run make preprocess again\n")
+    assert summarised_stages(preprocess(output, "--nworker=2").stderr) == {"manifest"}
+    assert_same_dataset(output, first_run)
+    verified = run_module("cleanup_scripts.verify", str(output))
+    assert verified.stdout.splitlines()[-1].startswith("verify: PASSED: ")
+
+
 # ---- flags are checked before the first stage ---------------------------------------------------
 
 @pytest.mark.parametrize("flag, problem", [

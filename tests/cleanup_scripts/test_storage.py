@@ -8,6 +8,7 @@ import hashlib
 import http.server
 import os
 import re
+import resource
 import signal
 import socket
 import ssl
@@ -30,6 +31,8 @@ import cleanup_scripts  # noqa: E402
 from cleanup_scripts import checksums  # noqa: E402
 from cleanup_scripts.artifacts import storage, transfer, verify_bucket  # noqa: E402
 from cleanup_scripts.fileio import InputError  # noqa: E402
+from cleanup_scripts.layout import DatasetLayout  # noqa: E402
+from cleanup_scripts.ledger import Entry, write_manifest  # noqa: E402
 from tests.cleanup_scripts.range_server import loopback  # noqa: E402
 from tests.conftest import REPO, md5_of, run_module  # noqa: E402
 
@@ -110,7 +113,8 @@ TF_RECORDS = [f"record {i}: {'x' * i}".encode() for i in range(50)]
 @pytest.fixture
 def dataset(tmp_path) -> Path:
     """A small prepared dataset: official config, vocab and eval.md5, a text file, a results
-    part and a TFRecord, with the manifest.tsv that `make preprocess` writes."""
+    part and a TFRecord, with the manifest.tsv that `make preprocess` writes and its records
+    in .state/."""
     root = tmp_path / "dataset"
     files = {
         "bert_config.json": cleanup_scripts.BERT_CONFIG_FILE.read_bytes(),
@@ -121,16 +125,23 @@ def dataset(tmp_path) -> Path:
         "text/AA/wiki_00": b"<doc id=\"1\">\nTitle\n\nText.\n</doc>\n",
         "tfrecords/part-00100-of-00500": tfrecord(TF_RECORDS),
     }
-    rows = ["path\tbytes\tmd5"]
     for relative, payload in sorted(files.items()):
         path = root / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(payload)
-        rows.append(f"{relative}\t{len(payload)}\t{hashlib.md5(payload).hexdigest()}")
-    (root / "manifest.tsv").write_text("\n".join(rows) + "\n")
     (root / ".state").mkdir()
     (root / ".state" / "manifest").write_text("a stage marker, not uploaded\n")
+    record_manifest(root)
     return root
+
+
+def record_manifest(root: Path) -> None:
+    """Write `root`'s manifest.tsv and its records, as the manifest stage of `make preprocess`
+    does, listing every file but `.state/` and the manifest."""
+    listed = sorted(path for path in root.rglob("*") if path.is_file()
+                    and path.name != "manifest.tsv" and ".state" not in path.parts)
+    write_manifest(DatasetLayout(root), {path.relative_to(root).as_posix(): Entry.of(path)
+                                         for path in listed})
 
 
 def bucket_md5s(url: str) -> dict[str, str | None]:
@@ -235,6 +246,99 @@ def test_upload_refuses_a_file_changed_since_the_manifest_before_sending_anythin
         f"nothing uploaded\n")
     assert bucket_md5s(url) == {}  # not even the files that are fine
     assert not (dataset / ".state" / "upload").exists()
+
+
+@pytest.mark.parametrize("damage", ["emptied", "header only", "a row cut"])
+def test_upload_refuses_a_manifest_the_build_did_not_write(dataset, bucket, damage):
+    # An emptied manifest.tsv with the dataset deleted was uploaded, exit 0; the bucket then
+    # "downloaded" with 0 files.
+    manifest = dataset / "manifest.tsv"
+    header, *rows = manifest.read_text().splitlines()
+    if damage == "a row cut":
+        manifest.write_text("\n".join([header] + rows[1:]) + "\n")
+    else:
+        for relative in [row.split("\t")[0] for row in rows]:
+            (dataset / relative).unlink()
+        manifest.write_text("" if damage == "emptied" else header + "\n")
+    url = f"gs://{bucket}/bert"
+    result = run_module("cleanup_scripts.artifacts.upload", f"--bucket={url}",
+                        f"--source_dir={dataset}", check=False)
+    assert (result.returncode, result.stdout) == (1, "")
+    if damage == "a row cut":
+        assert result.stderr.startswith(f"error: {manifest}: {manifest.stat().st_size:,} bytes, "
+                                        f"md5 {md5_of(manifest)}; the manifest stage wrote ")
+        assert result.stderr.endswith("): changed since; delete it and run make preprocess "
+                                      "again to rewrite it\n")
+    else:
+        assert result.stderr == (f"error: {manifest}: lists no files (a manifest lists every "
+                                 f"file of its dataset); not a dataset\n")
+    assert bucket_md5s(url) == {}
+
+
+def test_a_copy_without_state_needs_a_manifest_that_lists_files(tmp_path, bucket):
+    """A bucket copy has no .state/ to hold its manifest to: an upload of one, or a download
+    of a bucket, refuses a manifest that lists no file; an upload of a tree with no file at all
+    sends nothing."""
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / "manifest.tsv").write_text("path\tbytes\tmd5\n")
+    url = f"gs://{bucket}/bert"
+    upload = ["cleanup_scripts.artifacts.upload", f"--bucket={url}", f"--source_dir={copy}"]
+    result = run_module(*upload, check=False)
+    assert (result.returncode, result.stderr) == (
+        1, f"error: {copy / 'manifest.tsv'}: lists no files (a manifest lists every file of its "
+           f"dataset); not a dataset\n")
+    (copy / "manifest.tsv").unlink()
+    (copy / ".hidden").write_text("not sent\n")
+    result = run_module(*upload, check=False)
+    assert (result.returncode, result.stderr) == (
+        1, f"error: {copy}: no files to upload (nor a manifest.tsv)\n")
+    assert bucket_md5s(url) == {}
+
+    put_copy(bucket, "bert", {})  # a bucket copy whose manifest lists nothing
+    result = run_module("cleanup_scripts.artifacts.storage", "download", url,
+                        str(tmp_path / "down"), check=False)
+    assert (result.returncode, result.stderr) == (
+        1, f"error: {url}/manifest.tsv: lists no files (a manifest lists every file of its "
+           f"dataset); not a dataset\n")
+    assert not (tmp_path / "down").exists()
+
+
+def test_object_names_and_prefixes_reach_the_console_escaped(dataset, bucket):
+    client = storage.make_client()
+    client.bucket(bucket).blob("x/evil\x1b[2J\x07").upload_from_string(b"x")
+    listed = run_module("cleanup_scripts.artifacts.storage", "ls", f"gs://{bucket}/x")
+    assert listed.stdout == f"evil\\x1b[2J\\x07\t1\t{hashlib.md5(b'x').hexdigest()}\n"
+    url = f"gs://{bucket}/bert\x1b[31m"
+    sent = run_module("cleanup_scripts.artifacts.upload", f"--bucket={url}",
+                      f"--source_dir={dataset}")
+    assert f"upload: 7 files to gs://{bucket}/bert\\x1b[31m: 7 transferred" in sent.stdout
+    copied = run_module("cleanup_scripts.artifacts.storage", "download", url,
+                        str(dataset.parent / "copy"))
+    assert f"download: 7 files from gs://{bucket}/bert\\x1b[31m: 7 transferred" in copied.stdout
+    assert "\x1b" not in listed.stdout + sent.stdout + copied.stdout
+
+
+def test_a_full_disk_during_a_bucket_download_is_one_line_and_the_rerun_resumes(tmp_path,
+                                                                                bucket):
+    """The process may write at most LIMIT bytes to a file (RLIMIT_FSIZE: the write fails with
+    EFBIG, as one fails with ENOSPC on a full disk)."""
+    limit, payload = 300_000, os.urandom(1 << 20)
+    put_copy(bucket, "d", {"tfrecords/part-00000": payload})
+    dest = tmp_path / "copy" / "tfrecords" / "part-00000"
+    args = ["cleanup_scripts.artifacts.storage", "download", f"gs://{bucket}/d",
+            str(tmp_path / "copy")]
+    result = subprocess.run(
+        [sys.executable, "-m", *args], env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
+    partial = dest.with_name("part-00000.partial")
+    assert (result.returncode, result.stdout, result.stderr) == (
+        1, "", f"error: {partial}: no space left on device (file too large)\n")
+    held = partial.read_bytes()
+    assert 0 < len(held) <= limit and payload.startswith(held) and not dest.exists()
+    assert "part-00000 resumed at byte" in run_module(*args).stdout
+    assert dest.read_bytes() == payload
 
 
 def test_bucket_refuses_bytes_that_are_not_the_md5_sent(tmp_path, bucket):
@@ -796,10 +900,8 @@ def test_the_manifest_goes_up_only_after_every_file_succeeded(dataset, bucket, m
     old_manifest = bucket_md5s(str(url))["manifest.tsv"]
     vocab = dataset / "vocab.txt"
     vocab.write_bytes(vocab.read_bytes() + b"[NEW]\n")
+    record_manifest(dataset)  # a new build of the dataset
     manifest = dataset / "manifest.tsv"
-    manifest.write_text("".join(
-        f"vocab.txt\t{vocab.stat().st_size}\t{md5_of(vocab)}\n" if line.startswith("vocab.txt\t")
-        else line + "\n" for line in manifest.read_text().splitlines()))
     real = storage.upload_file
 
     def failing(client, url_, local, *args, **kwargs):

@@ -11,6 +11,8 @@ from benchmark.errors import exit_on_user_error
 import cleanup_scripts
 from cleanup_scripts import checksums
 from cleanup_scripts.artifacts import verify, verify_dir
+from cleanup_scripts.layout import DatasetLayout
+from cleanup_scripts.ledger import Entry, write_manifest
 from tests.conftest import run_module
 
 OFFICIAL_EVAL_MD5 = checksums.CHECKSUMS_DIR / checksums.EVAL_ARTICLES_FILE
@@ -118,14 +120,15 @@ def test_missing_directory_is_a_one_line_error(tmp_path, capsys):
 
 def preprocess_output(root: Path, rows: list[str]) -> Path:
     """A folder `make verify` takes for a preprocess output: .state/, text/a (listed first in
-    its manifest.tsv), then `rows` (path, 1 byte, an md5); its manifest."""
-    (root / ".state").mkdir(parents=True)
+    its manifest.tsv), then `rows` (path, 1 byte, an md5); its manifest, with the records the
+    manifest stage writes."""
+    layout = DatasetLayout(root)
+    layout.state_dir.mkdir(parents=True)
     (root / "text").mkdir()
     (root / "text" / "a").write_bytes(b"a")
-    manifest = root / "manifest.tsv"
-    manifest.write_text("path\tbytes\tmd5\n" + "".join(
-        f"{row}\t1\t{hashlib.md5(b'a').hexdigest()}\n" for row in ["text/a"] + rows))
-    return manifest
+    entry = Entry(1, 0, hashlib.md5(b"a").hexdigest())
+    write_manifest(layout, {row: entry for row in ["text/a"] + rows})
+    return layout.manifest
 
 
 @pytest.mark.timeout(120)
@@ -185,3 +188,74 @@ def test_verify_names_a_manifest_that_is_a_fifo(tmp_path):
     assert (result.returncode, result.stdout) == (1, "")
     assert result.stderr == (f"error: {root}: 'manifest.tsv' is a FIFO, not a regular file; "
                              f"not read\n")
+
+
+def one_error_line(result) -> str:
+    """The `error:` line verify printed alone on stderr, with exit status 1 and no verdict."""
+    assert result.returncode == 1 and "verify: " not in result.stdout, result.stdout
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: "), result.stderr
+    return result.stderr.rstrip("\n")
+
+
+@pytest.mark.parametrize("damage", ["emptied", "header only", "a row cut", "a row added",
+                                    "no record", "ledger edited"])
+def test_verify_refuses_a_manifest_that_is_not_the_one_the_build_wrote(tmp_path, damage):
+    # An emptied manifest.tsv with the dataset deleted gave "verify: PASSED: 0 file(s)", exit 0.
+    root = tmp_path / "out"
+    manifest = preprocess_output(root, ["text/b"])
+    (root / "text" / "b").write_bytes(b"a")
+    layout = DatasetLayout(root)
+    written = manifest.read_text()
+    header, first, second = written.splitlines()
+    cut = f"{header}\n{first}\n"
+    if damage in ("emptied", "header only"):
+        shutil.rmtree(root / "text")
+        manifest.write_text("" if damage == "emptied" else header + "\n")
+    elif damage == "a row cut":
+        manifest.write_text(cut)
+    elif damage == "a row added":
+        (root / "text" / "c").write_bytes(b"a")
+        manifest.write_text(written + second.replace("text/b", "text/c") + "\n")
+    elif damage == "no record":  # the manifest stage did not finish, or an older version ran
+        layout.manifest_record.unlink()
+    else:
+        ledger = layout.state_dir / "manifest.outputs"
+        ledger.write_text(ledger.read_text().splitlines()[0] + "\n")
+    line = one_error_line(run_module("cleanup_scripts.verify", str(root), check=False))
+    record = f"({layout.manifest_record}): changed since; delete it and run make preprocess " \
+             f"again to rewrite it"
+    expected = {
+        "emptied": f"{manifest}: lists no files (a manifest lists every file of its dataset); "
+                   f"not a dataset",
+        "a row cut": f"{manifest}: {len(cut)} bytes, md5 "
+                     f"{hashlib.md5(cut.encode()).hexdigest()}; the manifest "
+                     f"stage wrote {len(written)} bytes, md5 "
+                     f"{hashlib.md5(written.encode()).hexdigest()} {record}",
+        "no record": f"{manifest}: no record of it in {layout.manifest_record}, so nothing shows "
+                     f"it is the manifest the build wrote (its manifest stage did not finish, or "
+                     f"an older version ran it): run make preprocess again",
+        "ledger edited": f"{manifest}: lists 2 files, {layout.state_dir / 'manifest.outputs'} "
+                         f"recorded 1 when it was written (first difference: text/b); delete "
+                         f"it and run make preprocess again to rewrite it",
+    }
+    expected["header only"] = expected["emptied"]
+    if damage == "a row added":
+        assert line.startswith(f"error: {manifest}: {len(written) + len(second) + 1} bytes, md5 ")
+        assert line.endswith(record)
+    else:
+        assert line == f"error: {expected[damage]}"
+
+
+def test_verify_names_the_first_missing_files_and_counts_the_rest(tmp_path):
+    # 300,000 missing rows printed 300,000 lines.
+    root = tmp_path / "out"
+    rows = [f"text/m{i:03d}" for i in range(45)]
+    preprocess_output(root, rows)
+    result = run_module("cleanup_scripts.verify", str(root), check=False)
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert [line for line in lines if line.startswith("missing ")] == [
+        f"missing  {row}  [listed in manifest.tsv]" for row in rows[:20]]
+    assert "... and 25 more missing or changed (not listed)" in lines
+    assert "manifest.tsv: 1 of 46 files as recorded" in result.stdout
+    assert lines[-1] == "verify: FAILED: 45 file(s) missing or changed since preprocess"
