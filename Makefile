@@ -50,7 +50,8 @@ SUBMISSION ?=
 CHECK_ARGS ?=
 
 # make test / test-all: pytest processes (pytest-xdist; each test file runs whole in one of
-# them, so its fixtures are built once). TEST_WORKERS=0 runs the suite in this process.
+# them, so its fixtures are built once). TEST_WORKERS=0 runs the suite in this process. Both
+# end with the 20 slowest tests (pytest --durations), so a regression in time shows.
 TEST_WORKERS ?= 2
 PYTEST_ARGS  ?=
 
@@ -99,10 +100,10 @@ install:
 	$(PY) -m pip check
 
 test:
-	$(PY) -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadfile --durations=20 $(PYTEST_ARGS)
 
 test-all:
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=20 $(PYTEST_ARGS)
 
 # The flags of preprocess and train, built in variables so that make echoes one command line.
 PREPROCESS_FLAGS = --output_dir=$(call q,$(OUT)) --nworker=$(call q,$(NWORKER)) \
