@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-
 from typing import IO
 
 from absl import logging

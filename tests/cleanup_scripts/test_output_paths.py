@@ -3,7 +3,8 @@ create_pretraining_data, pick_eval_samples and the packer refuse, in one line an
 anything is read, an output that is their input (the same path or a hard link), a symbolic
 link, a FIFO or a character device; the path stays as it was. Before: exit 0, the input
 replaced by records made from it, and as root `--output_file=/dev/null` made /dev/null a
-regular file (here a FIFO and a device node of our own stand in for it)."""
+regular file (here a FIFO and a device node of our own stand in for it). Their temporaries
+are created anew, never through a link planted at their name."""
 from __future__ import annotations
 
 import os
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from cleanup_scripts.create_pretraining_data import write_pretraining_data
+from cleanup_scripts.fileio import atomic_output, temporary_name
 from tests.conftest import md5_of, run_module
 from tests.pretraining_cases import FIXTURES
 
@@ -115,3 +117,16 @@ def test_an_output_that_is_a_special_file_or_a_link_is_left_as_it_is(tmp_path, t
     assert not [name for name in os.listdir(tmp_path) if ".partial-" in name]
     if output.is_symlink():
         assert output.read_text() == "not an output\n"
+
+
+def test_a_link_planted_at_a_temporary_name_is_never_written_through(tmp_path):
+    # Before: the temporary `.NAME.partial-PID` (a name anyone can foresee) was opened through
+    # the link, so the link's target got the output, and the link was renamed to NAME.
+    victim, output = tmp_path / "victim", tmp_path / "out.txt"
+    victim.write_text("not an output\n")
+    temporary_name(output).symlink_to(victim)
+    with atomic_output(output) as out:
+        out.write("the output\n")
+    assert victim.read_text() == "not an output\n"
+    assert not output.is_symlink() and output.read_text() == "the output\n"
+    assert sorted(os.listdir(tmp_path)) == ["out.txt", "victim"]
