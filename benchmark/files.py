@@ -319,10 +319,13 @@ class RefusedOutput(InputError):
 _OPEN_FLAGS = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
 
 
-def output_problem(path: str | os.PathLike, folder: bool = False) -> str | None:
+def output_problem(path: str | os.PathLike, folder: bool = False,
+                   appended: bool = False) -> str | None:
     """Why `path` cannot be written as an output (a regular file, or a folder when `folder`),
     without the path: "is a symbolic link (to X); ..." or "is a FIFO, not a regular file; ...";
-    None when nothing is there or it is of the right kind. Only lstat()ed, never followed."""
+    None when nothing is there or it is of the right kind. With `appended`, a character device
+    is of the right kind too: appending to /dev/null, /dev/full or a terminal replaces nothing.
+    Only lstat()ed, never followed."""
     try:
         info = os.lstat(path)
     except OSError:
@@ -334,16 +337,17 @@ def output_problem(path: str | os.PathLike, folder: bool = False) -> str | None:
             target = "?"
         return (f"is a symbolic link (to {target}); outputs are never written through a link: "
                 "remove it or name another path")
-    if (stat.S_ISDIR if folder else stat.S_ISREG)(info.st_mode):
+    if (stat.S_ISDIR if folder else stat.S_ISREG)(info.st_mode) or (
+            appended and stat.S_ISCHR(info.st_mode)):
         return None
     return (f"is {file_kind(info.st_mode)}, not {'a folder' if folder else 'a regular file'}; "
             "an output never replaces it: remove it or name another path")
 
 
-def check_output(path: str | os.PathLike, folder: bool = False) -> None:
+def check_output(path: str | os.PathLike, folder: bool = False, appended: bool = False) -> None:
     """RefusedOutput naming `path` when something is there that an output must not replace or
     write through (`output_problem`); nothing when it is absent or of the right kind."""
-    problem = output_problem(path, folder)
+    problem = output_problem(path, folder, appended)
     if problem is not None:
         raise RefusedOutput(f"{printable(path)}: {problem}")
 
@@ -353,14 +357,16 @@ def check_output_tree(root: str | os.PathLike, files: Iterable[str] = (),
     """Before a run writes into the output folder `root`: RefusedOutput naming the first
     entry it would write, lock, append to or delete through a link, or that is of the wrong
     kind. `files`: paths relative to `root`, each absent or a regular file; `folders`: each
-    absent or a folder, with no link to a folder anywhere inside (walked without following
-    links); `links`: `folder/pattern` globs of entries that must not be links. `root` itself
-    may be a link (a user's choice); only lstat() and scandir, nothing is opened."""
+    no link, with no link to a folder anywhere inside (walked without following links; a file
+    where a folder goes is left to the write, which names it); `links`: `folder/pattern` globs
+    of entries that must not be links. `root` itself may be a link (a user's choice); only
+    lstat() and scandir, nothing is opened."""
     root = Path(root)
     for relative in files:
         check_output(root / relative)
     for relative in folders:
-        check_output(root / relative, folder=True)
+        if os.path.islink(root / relative):
+            check_output(root / relative, folder=True)
         _refuse_folder_links(root / relative)
     for pattern in links:
         parent, _, glob = pattern.rpartition("/")
@@ -389,20 +395,21 @@ def _refuse_folder_links(folder: Path) -> None:
 
 def open_output(path: str | os.PathLike, append: bool = False, mode: int = 0o644) -> int:
     """A descriptor of the regular file `path` for writing, created (with `mode`) if absent:
-    appending when `append`, else read-write from its start, nothing truncated. Never through
-    a link (O_NOFOLLOW) nor on a FIFO or device (O_NONBLOCK, then fstat): RefusedOutput naming
-    it; OSError for any other failure."""
-    check_output(path)
+    appending when `append` (then a character device such as /dev/null will do), else
+    read-write from its start, nothing truncated. Never through a link (O_NOFOLLOW) nor on a
+    FIFO or another device (O_NONBLOCK, then fstat): RefusedOutput naming it; OSError for any
+    other failure."""
+    check_output(path, appended=append)
     access = os.O_WRONLY | os.O_APPEND if append else os.O_RDWR
     try:
         fd = os.open(path, access | os.O_CREAT | os.O_NONBLOCK | _OPEN_FLAGS, mode)
     except OSError as err:
         if err.errno in (errno.ELOOP, errno.ENXIO):  # a link or a FIFO swapped in since
-            check_output(path)
+            check_output(path, appended=append)
         raise
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
+        if not (stat.S_ISREG(info.st_mode) or (append and stat.S_ISCHR(info.st_mode))):
             raise RefusedOutput(f"{printable(path)}: is {file_kind(info.st_mode)}, not a "
                                 "regular file; an output never replaces it")
         os.set_blocking(fd, True)

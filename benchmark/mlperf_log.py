@@ -77,7 +77,7 @@ class Hyperparameters:
 class BertLogger:
     """Writes one run's `:::MLLOG` lines to a file and/or a stream.
 
-    path: log file to append to (None: none); never through a link nor on a FIFO or device
+    path: log file to append to (None: none); never through a link nor on a FIFO
         (`benchmark.files.open_output`: RefusedOutput).
     stream: text stream to write to as well, e.g. sys.stdout (None: none).
     clock_ms: returns the time in ms since the epoch (None: the wall clock); tests and

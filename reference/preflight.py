@@ -69,7 +69,7 @@ def preflight(options: RunOptions) -> CheckedInputs:
     this machine's memory (`check_memory`), expand --input_file / --eval_file and check their
     records (the first record of every training file, every eval record evaluated), and probe
     --init_checkpoint. First of all, a link planted where the run writes in --output_dir (or
-    a --mlperf_log that is a link or a special file) is refused (`run_outputs.check_outputs`).
+    a --mlperf_log that is a link or a FIFO) is refused (`run_outputs.check_outputs`).
 
     Raises UsageError, InputError, ConfigError or CheckpointError with a one-line message.
     """

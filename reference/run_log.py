@@ -52,7 +52,7 @@ class LogFile:
 
     path or echo may be None (a worker that writes no log passes both). Opening the file (its
     folder is created, a line a killed process left unfinished is ended) raises OutputError,
-    or RefusedOutput for a link or a special file there (never followed nor opened). A
+    or RefusedOutput for a link or a FIFO there (never followed nor opened). A
     later write that fails is kept rather than raised, since BertLogger writes through the
     logging module, which would print a traceback and go on; the file gets nothing more after
     it, and `check()` raises it as OutputError.

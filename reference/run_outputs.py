@@ -27,12 +27,13 @@ def check_outputs(output_dir: str, mlperf_log: str | None) -> None:
     """RefusedOutput, one line naming it, for a link or a file of the wrong kind where a run
     writes, locks, appends or deletes in the local folder `output_dir`: the locks, the logs,
     the eval files, TensorBoard's folders, the checkpoints and their save folders
-    (`benchmark.files.check_output_tree`); and for an `mlperf_log` (local) that is a link or
-    a special file. `output_dir` itself may be a link; a remote one (gs://) is not checked.
+    (`benchmark.files.check_output_tree`); and for an `mlperf_log` (local) that is a link, a
+    FIFO or a folder (a character device such as /dev/null will do: it is appended to).
+    `output_dir` itself may be a link; a remote one (gs://) is not checked.
     Only lstat() and scandir: run before anything is written."""
     from reference.trainer import CHECKPOINT_NAME
     if mlperf_log:
-        check_output(mlperf_log)
+        check_output(mlperf_log, appended=True)
     if "://" in output_dir:
         return
     check_output_tree(output_dir, files=(LOCK_NAME, EVAL_RESULTS, EVAL_HISTORY, TENSORFLOW_LOG,
@@ -94,8 +95,8 @@ def summary_writer(output_dir: str, folder: str, chief: bool):
     if not chief:
         return tf.summary.create_noop_writer()
     path = os.path.join(output_dir, folder)
-    if "://" not in path:
-        check_output(path, folder=True)  # a link there is refused, never written through
+    if os.path.islink(path):  # refused, never written through (a file there: OutputError)
+        check_output(path, folder=True)
     with writing("--output_dir", path):
         return tf.summary.create_file_writer(path)
 

@@ -151,12 +151,11 @@ def _link_line(path: Path, victim: Path) -> str:
             "link: remove it or name another path")
 
 
-@pytest.mark.parametrize("name", [".lock", "mlperf.log", "tensorflow.log", "eval_history.csv",
-                                  "train"])
+@pytest.mark.parametrize("name", [".lock", "tensorflow.log"])
 def test_a_link_planted_where_a_run_writes_is_refused_before_anything_is_written(
         data, tmp_path, name):
-    # Before: the lock's text overwrote the link's target; mlperf.log, tensorflow.log and
-    # eval_history.csv were appended to it; TensorBoard's events went into a linked train/.
+    # Before: the lock's text overwrote the link's target; TensorFlow's messages were appended
+    # to it when the run ended.
     out, victim = tmp_path / "out", tmp_path / "victim"
     _plant(out, name, victim)
     before = _tree(tmp_path)
@@ -165,10 +164,13 @@ def test_a_link_planted_where_a_run_writes_is_refused_before_anything_is_written
     assert _tree(tmp_path) == before
 
 
-@pytest.mark.parametrize("name", ["eval", "eval_results.txt", "model.ckpt-8_temp",
-                                  ".lock-worker-1", ".worker-1", "checkpoint"])
+@pytest.mark.parametrize("name", ["mlperf.log", "eval_history.csv", "train", "eval",
+                                  "eval_results.txt", "model.ckpt-8_temp", ".lock-worker-1",
+                                  ".worker-1", "checkpoint"])
 def test_every_entry_a_run_writes_or_deletes_is_checked_for_links(data, tmp_path, name):
-    # A linked save folder (model.ckpt-N_temp) was emptied by the orphan sweep at start.
+    # Before: mlperf.log and eval_history.csv were appended to the link's target, TensorBoard's
+    # events went into a linked train/, and a linked save folder (model.ckpt-N_temp) was
+    # emptied by the orphan sweep at the start. Now preflight refuses each, before any write.
     out, victim = tmp_path / "out", tmp_path / "victim"
     _plant(out, name, victim)
     with pytest.raises(RefusedOutput, match=f"^{re.escape(_link_line(out / name, victim))}$"):
