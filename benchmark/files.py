@@ -3,6 +3,10 @@ one-line errors they raise.
 
 `atomic_output` writes beside the final name and renames only on success; `ensure_dir` makes an
 output folder or says in one line why it cannot; `md5_file` hashes a file in 1 MiB chunks.
+For outputs: `check_output_tree` refuses, before a run writes, a symbolic link or a file of the
+wrong kind where it writes, locks or deletes inside its output folder; `check_output`,
+`open_output` and `replace_output` refuse one at open or rename time (never following a link,
+never replacing a FIFO or a device), and `refuse_outputs_over_inputs` an output that is an input.
 For input made by others: `open_regular`/`read_regular` read only regular files up to a size
 limit (never a FIFO or a device), `link_outside` tells a link leaving a tree, `resolve_inside`
 checks a path a record names (relative, inside its tree, a regular file; its text alone:
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fnmatch
 import hashlib
 import os
 import shutil
@@ -23,7 +28,7 @@ import stat
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Iterable, Iterator
 
 from tqdm import tqdm
 
@@ -88,21 +93,25 @@ def atomic_output(path: str | os.PathLike, mode: str = "w", **open_kwargs) -> It
     """Open a temporary file beside `path`; rename it to `path` only if the block succeeds.
 
     A crash or an exception leaves no file under the final name (and removes the temporary).
-    Text modes default to UTF-8. Raises InputError when the directory cannot be written, and
-    DiskFullError (naming `path`) when the disk fills up while it is written.
+    Text modes default to UTF-8. The temporary is created anew, never through a link
+    (`create_new`), and `path` is never a link or a special file replaced (`check_output`,
+    RefusedOutput, before the temporary is made and again before the rename). Raises
+    InputError when the directory cannot be written, and DiskFullError (naming `path`) when
+    the disk fills up while it is written.
     """
     if "b" not in mode:
         open_kwargs.setdefault("encoding", "utf-8")
+    check_output(path)
     tmp = temporary_name(path)
     try:
-        handle = open(tmp, mode, **open_kwargs)
+        handle = create_new(tmp, mode, **open_kwargs)
     except OSError as err:
         raise disk_full(path, err) or InputError(
             f"{path}: cannot write output ({err.strerror})") from err
     try:
         with handle:
             yield handle
-        os.replace(tmp, path)
+        replace_output(tmp, path)
     except BaseException as err:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -304,6 +313,164 @@ def walk_files(root: str | os.PathLike, max_depth: int) -> Iterator[tuple[Path, 
                     pending.append((Path(entry.path), depth + 1))
             else:
                 yield Path(entry.path), depth
+
+
+# --------------------------------------------------------------------------------------------
+# Writing into output folders: never through a link planted there, never over a FIFO, a device
+# or an input. The folder a user names may itself be a link; what a run makes inside may not.
+
+class RefusedOutput(InputError):
+    """An output that is not written: a symbolic link, a special file or an input where it
+    would go. The message is one line naming the path."""
+
+
+_OPEN_FLAGS = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+
+
+def output_problem(path: str | os.PathLike, folder: bool = False,
+                   appended: bool = False) -> str | None:
+    """Why `path` cannot be written as an output (a regular file, or a folder when `folder`),
+    without the path: "is a symbolic link (to X); ..." or "is a FIFO, not a regular file; ...";
+    None when nothing is there or it is of the right kind. With `appended`, a character device
+    is of the right kind too: appending to /dev/null, /dev/full or a terminal replaces nothing.
+    Only lstat()ed, never followed."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None  # nothing there (or no way there): the write itself says why
+    if stat.S_ISLNK(info.st_mode):
+        try:
+            target = printable(os.readlink(path))
+        except OSError:
+            target = "?"
+        return (f"is a symbolic link (to {target}); outputs are never written through a link: "
+                "remove it or name another path")
+    if (stat.S_ISDIR if folder else stat.S_ISREG)(info.st_mode) or (
+            appended and stat.S_ISCHR(info.st_mode)):
+        return None
+    return (f"is {file_kind(info.st_mode)}, not {'a folder' if folder else 'a regular file'}; "
+            "an output never replaces it: remove it or name another path")
+
+
+def check_output(path: str | os.PathLike, folder: bool = False, appended: bool = False) -> None:
+    """RefusedOutput naming `path` when something is there that an output must not replace or
+    write through (`output_problem`); nothing when it is absent or of the right kind."""
+    problem = output_problem(path, folder, appended)
+    if problem is not None:
+        raise RefusedOutput(f"{printable(path)}: {problem}")
+
+
+def check_output_tree(root: str | os.PathLike, files: Iterable[str] = (),
+                      folders: Iterable[str] = (), links: Iterable[str] = ()) -> None:
+    """Before a run writes into the output folder `root`: RefusedOutput naming the first
+    entry it would write, lock, append to or delete through a link, or that is of the wrong
+    kind. `files`: paths relative to `root`, each absent or a regular file; `folders`: each
+    no link, with no link to a folder anywhere inside (walked without following links; a file
+    where a folder goes is left to the write, which names it); `links`: `folder/pattern` globs
+    of entries that must not be links. `root` itself may be a link (a user's choice); only
+    lstat() and scandir, nothing is opened."""
+    root = Path(root)
+    for relative in files:
+        check_output(root / relative)
+    for relative in folders:
+        if os.path.islink(root / relative):
+            check_output(root / relative, folder=True)
+        _refuse_folder_links(root / relative)
+    for pattern in links:
+        parent, _, glob = pattern.rpartition("/")
+        with contextlib.suppress(OSError):
+            for entry in sorted(os.scandir(root / parent), key=lambda e: e.name):
+                if fnmatch.fnmatchcase(entry.name, glob) and entry.is_symlink():
+                    check_output(entry.path)
+
+
+def _refuse_folder_links(folder: Path) -> None:
+    """RefusedOutput for the first link to a folder under `folder` (any depth; links are not
+    followed, so the walk stays inside)."""
+    pending = [folder]
+    while pending:
+        try:
+            entries = sorted(os.scandir(pending.pop()), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_symlink():
+                if os.path.isdir(entry.path):
+                    check_output(entry.path, folder=True)
+            elif entry.is_dir(follow_symlinks=False):
+                pending.append(Path(entry.path))
+
+
+def open_output(path: str | os.PathLike, append: bool = False, mode: int = 0o644) -> int:
+    """A descriptor of the regular file `path` for writing, created (with `mode`) if absent:
+    appending when `append` (then a character device such as /dev/null will do), else
+    read-write from its start, nothing truncated. Never through a link (O_NOFOLLOW) nor on a
+    FIFO or another device (O_NONBLOCK, then fstat): RefusedOutput naming it; OSError for any
+    other failure."""
+    check_output(path, appended=append)
+    access = os.O_WRONLY | os.O_APPEND if append else os.O_RDWR
+    try:
+        fd = os.open(path, access | os.O_CREAT | os.O_NONBLOCK | _OPEN_FLAGS, mode)
+    except OSError as err:
+        if err.errno in (errno.ELOOP, errno.ENXIO):  # a link or a FIFO swapped in since
+            check_output(path, appended=append)
+        raise
+    try:
+        info = os.fstat(fd)
+        if not (stat.S_ISREG(info.st_mode) or (append and stat.S_ISCHR(info.st_mode))):
+            raise RefusedOutput(f"{printable(path)}: is {file_kind(info.st_mode)}, not a "
+                                "regular file; an output never replaces it")
+        os.set_blocking(fd, True)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def create_new(path: str | os.PathLike, mode: str = "wb", **open_kwargs) -> IO:
+    """`path` created anew and opened with `mode` ("w", "wb", ...): whatever was there (a
+    stale temporary of a reused pid, a planted link: the link, not its target) is removed
+    first, and the file is made with O_EXCL and O_NOFOLLOW, so nothing is written through a
+    link or into a file another holds. Raises OSError."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    access = os.O_RDWR if "+" in mode else os.O_WRONLY
+    fd = os.open(path, access | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o666)
+    try:
+        return os.fdopen(fd, mode, **open_kwargs)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def replace_output(temporary: str | os.PathLike, path: str | os.PathLike) -> None:
+    """Rename the finished `temporary` to `path` unless `path` became a link or a special file
+    (`check_output`: RefusedOutput, the temporary left for the caller to remove)."""
+    check_output(path)
+    os.replace(temporary, path)
+
+
+def refuse_outputs_over_inputs(inputs: Iterable[str], outputs: Iterable[str],
+                               flag: str) -> None:
+    """RefusedOutput "FLAG=OUTPUT: is the input X (the same file); ..." when one of `outputs`
+    is one of `inputs`: the same path once links are resolved, or the same file (device and
+    inode) through a hard link."""
+    inputs = list(inputs)
+    by_path = {os.path.realpath(path): path for path in inputs}
+    by_inode = {}
+    for path in inputs:
+        with contextlib.suppress(OSError):
+            info = os.stat(path)
+            by_inode.setdefault((info.st_dev, info.st_ino), path)
+    for output in outputs:
+        same = by_path.get(os.path.realpath(output))
+        if same is None:
+            with contextlib.suppress(OSError):
+                info = os.stat(output)
+                same = by_inode.get((info.st_dev, info.st_ino))
+        if same is not None:
+            raise RefusedOutput(f"{flag}={printable(output)}: is the input {printable(same)} "
+                                "(the same file); writing it would replace that input")
 
 
 STALE_AFTER_S = 3600  # a scratch folder of a dead pid untouched this long is removed

@@ -39,6 +39,7 @@ from mlperf_logging.mllog import mllog
 
 from benchmark import constants
 from benchmark import log_keys as k
+from benchmark.files import open_output
 
 # Frames between mllog's caller lookup and the code calling a BertLogger method:
 # _log_helper <- event/start/end <- BertLogger._log <- BertLogger.<method> <- caller.
@@ -76,7 +77,8 @@ class Hyperparameters:
 class BertLogger:
     """Writes one run's `:::MLLOG` lines to a file and/or a stream.
 
-    path: log file to append to (None: none).
+    path: log file to append to (None: none); never through a link nor on a FIFO
+        (`benchmark.files.open_output`: RefusedOutput).
     stream: text stream to write to as well, e.g. sys.stdout (None: none).
     clock_ms: returns the time in ms since the epoch (None: the wall clock); tests and
         replays pass their own.
@@ -90,8 +92,10 @@ class BertLogger:
         self._logger.propagate = False
         self._logger.setLevel(logging.INFO)
         self._handlers: list[logging.Handler] = []
+        self._file: TextIO | None = None
         if path is not None:
-            self._handlers.append(logging.FileHandler(path, encoding="utf-8"))
+            self._file = os.fdopen(open_output(path, append=True), "a", encoding="utf-8")
+            self._handlers.append(logging.StreamHandler(self._file))
         if stream is not None:
             self._handlers.append(logging.StreamHandler(stream))
         for handler in self._handlers:
@@ -208,6 +212,9 @@ class BertLogger:
             handler.close()
             self._logger.removeHandler(handler)
         self._handlers.clear()
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
     def __enter__(self) -> "BertLogger":
         return self

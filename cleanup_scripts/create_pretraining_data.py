@@ -54,6 +54,7 @@ from tqdm import tqdm
 
 from benchmark import constants
 from benchmark.errors import exit_on_user_error
+from benchmark.files import check_output, refuse_outputs_over_inputs
 from cleanup_scripts import VOCAB_FILE
 from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir, expand_inputs
 from cleanup_scripts.pretraining_features import PretrainingEncoder
@@ -232,7 +233,8 @@ def write_pretraining_data(input_files: list[str], output_files: list[str],
     """Read `input_files` (in order), write the TFRecords to `output_files`; returns the count.
 
     InputError (and no output file) for a bad vocabulary, unreadable or non-UTF-8 input, input
-    without any tokens, or an output that cannot be written.
+    without any tokens, or an output that cannot be written; RefusedOutput, before anything is
+    read, for an output that is an input, a link or a special file (`/dev/null`).
     """
     check_options(max_seq_length, max_predictions_per_seq, dupe_factor, masked_lm_prob,
                   short_seq_prob)
@@ -242,7 +244,9 @@ def write_pretraining_data(input_files: list[str], output_files: list[str],
         raise InputError(f"--output_file={','.join(output_files)}: empty output file name")
     if len(set(map(os.path.abspath, output_files))) != len(output_files):
         raise InputError(f"--output_file={','.join(output_files)}: a file is listed twice")
+    refuse_outputs_over_inputs(input_files, output_files, "--output_file")
     for path in output_files:
+        check_output(path)
         ensure_dir(os.path.dirname(os.path.abspath(path)))
     tokenizer = get_tokenizer(vocab_file, do_lower_case, preserve_unused_tokens)
     vocab = tokenizer.vocab

@@ -59,6 +59,7 @@ from typing import Iterator
 
 from benchmark import constants
 from benchmark.errors import exit_on_user_error
+from benchmark.files import check_output
 from cleanup_scripts.fileio import (DiskFullError, InputError, disk_full, ensure_dir,
                                     require_regular_file, temporary_name)
 from cleanup_scripts import dump_chunks, wikiextractor_275
@@ -601,6 +602,7 @@ def extract_dump(input_path: str | os.PathLike, output_dir: str | os.PathLike,
     size = parse_size(file_size) if isinstance(file_size, str) else file_size
     processes = processes if processes > 0 else default_processes()
     check_dump_start(input_path)
+    check_output(output_dir, folder=True)  # a link there would be moved aside, not replaced
     ensure_dir(output_dir.parent)
     building = temporary_name(output_dir)
     shutil.rmtree(building, ignore_errors=True)

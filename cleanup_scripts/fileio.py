@@ -17,7 +17,7 @@ from typing import Iterator
 
 from benchmark.errors import printable  # noqa: F401 - the one escaping, for this package
 from benchmark.files import (DiskFullError, InputError, atomic_output, disk_full, ensure_dir,
-                             file_kind, temporary_name)
+                             file_kind, open_output, temporary_name)
 
 __all__ = ["DiskFullError", "InputError", "atomic_output", "disk_full", "ensure_dir",
            "exclusive_lock", "expand_inputs", "printable", "refuse_special_file",
@@ -85,10 +85,11 @@ def exclusive_lock(path: str | os.PathLike, directory: str | os.PathLike, what: 
     The lock guards `directory` for one `what` (e.g. "preprocess") at a time. It is a
     `flock` lock: the OS releases it when the holder and every process forked from it have
     ended, however they ended (kill -9 included). The file keeps its last holder's pid, host
-    and start time. If another process holds it, InputError says who, and nothing is written.
+    and start time. If another process holds it, InputError says who, and nothing is written;
+    a link or a special file at `path` is RefusedOutput naming it (never followed nor opened).
     """
     try:
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        descriptor = open_output(path)
     except OSError as err:
         raise InputError(f"{path}: cannot open lock file ({err.strerror})") from err
     try:

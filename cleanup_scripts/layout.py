@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmark.files import check_output_tree
+
 
 @dataclass(frozen=True)
 class DatasetLayout:
@@ -18,6 +20,10 @@ class DatasetLayout:
     tfrecords_packed/      part-XXXXX-of-00500, eval_10k packed (only with --pack)
     manifest.tsv           path, bytes and md5 of every output
     .state/                the lock, each stage's markers, the ledgers (`ledger`)
+    download/              a dump given as a URL
+
+    OUT itself may be a link (to another disk); nothing the pipeline makes inside may be one
+    (`check_outputs`).
     """
 
     root: Path
@@ -63,6 +69,17 @@ class DatasetLayout:
     def results_md5s(self) -> Path:
         """The ledger of the md5s of the --results_text files (absent for a dump)."""
         return self.state_dir / "import_results.md5s"
+
+    def check_outputs(self) -> None:
+        """RefusedOutput, one line naming it, for a link or a file of the wrong kind where the
+        pipeline writes, locks or deletes: its folders (or a link to a folder anywhere inside
+        them), `.state`'s files, manifest.tsv (`benchmark.files.check_output_tree`). Only
+        lstat() and scandir: run before anything is written."""
+        folders = [self.state_dir, self.download_dir, self.text_dir, self.root / "work",
+                   self.results_dir, self.tfrecord_dir, self.packed_dir]
+        check_output_tree(self.root, files=[self.manifest.name],
+                          folders=[str(folder.relative_to(self.root)) for folder in folders],
+                          links=[f"{self.state_dir.name}/*"])
 
     def extracted_files(self) -> list[Path]:
         """The extracted files in the reference's order (sorted `text/*/wiki_??`)."""

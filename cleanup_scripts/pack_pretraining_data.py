@@ -25,8 +25,8 @@ records, is held in about 0.4 GB as token arrays). Two passes over the inputs:
    killed run left are removed by the next run that writes the same outputs).
 Same inputs and flags, same bytes. One input: --output_file is the output file; several:
 --output_file is a folder and each packed file keeps its input's name. An output that is one
-of the inputs (through a link too), or a folder holding them, is refused before anything is
-written.
+of the inputs (through a link too), a link, a special file (`/dev/null`), or a folder holding
+the inputs, is refused before anything is written.
 
 Input records must be create_pretraining_data's: input_mask 1s then 0s, real predictions those
 of non-zero weight, inside the sequence. Anything else is a one-line error naming the file and
@@ -49,7 +49,8 @@ from absl import app, flags
 from benchmark import constants
 from benchmark.errors import exit_on_user_error
 from cleanup_scripts.create_pretraining_data import range_indices
-from benchmark.files import remove_stale_temporaries
+from benchmark.files import (check_output, create_new, refuse_outputs_over_inputs,
+                             remove_stale_temporaries, replace_output)
 from cleanup_scripts.fileio import (InputError, disk_full, ensure_dir, expand_inputs, printable,
                                     temporary_name)
 from cleanup_scripts.packing import PackStats, Rows, most_per_row, pack_lengths
@@ -314,7 +315,7 @@ def pack_file(job: tuple[str, str, str, PackOptions, int]) -> PackStats:
                           options.max_sequences_per_pack)
     rows_at_once = max(1, WRITE_TOKENS // options.max_seq_length)
     try:
-        with open(temporary, "wb") as handle:
+        with create_new(temporary) as handle:
             for begin in range(0, order.count, rows_at_once):
                 columns = row_columns(data, order, begin,
                                       min(rows_at_once, order.count - begin), layout)
@@ -368,19 +369,6 @@ class PackResult:
                 f"{peak_rss_mb():.0f} MB")
 
 
-def refuse_inputs_as_outputs(input_files: list[str], output_files: list[str]) -> None:
-    """InputError naming the output when one of `output_files` is one of `input_files`: the
-    same path, or the same file through a symbolic or hard link."""
-    inputs = {os.path.realpath(path): path for path in input_files}
-    for output in output_files:
-        same = inputs.get(os.path.realpath(output))
-        if same is None and os.path.exists(output):
-            same = next((path for path in input_files if os.path.samefile(path, output)), None)
-        if same is not None:
-            raise InputError(f"--output_file={printable(output)}: is the input "
-                             f"{printable(same)} (the same file); packing would overwrite it")
-
-
 def pack_files(input_files: list[str], output_files: list[str], options: PackOptions,
                nworker: int = 0, max_predictions: int | None = None) -> PackResult:
     """Pack `input_files` into `output_files` (one each), all or nothing: the files are
@@ -388,7 +376,8 @@ def pack_files(input_files: list[str], output_files: list[str], options: PackOpt
 
     max_predictions: the rows' masked-LM width; None derives it from the data (pass 1).
     Raises InputError (one line) for bad options or records, no inputs, or an output that is
-    an input (nothing is written then); no output of a failed run is left.
+    an input, a link or a special file (`/dev/null`; nothing is written then); no output of a
+    failed run is left.
     """
     check_options(options)
     started = time.time()
@@ -396,8 +385,9 @@ def pack_files(input_files: list[str], output_files: list[str], options: PackOpt
         raise InputError("--input_file: names no files")
     if len(output_files) != len(input_files):
         raise InputError("--output_file: one output per input file is needed")
-    refuse_inputs_as_outputs(input_files, output_files)
+    refuse_outputs_over_inputs(input_files, output_files, "--output_file")
     for path in output_files:
+        check_output(path)
         ensure_dir(os.path.dirname(os.path.abspath(path)))
         remove_stale_temporaries(path)
     temporaries = [str(temporary_name(path)) for path in output_files]
@@ -405,7 +395,7 @@ def pack_files(input_files: list[str], output_files: list[str], options: PackOpt
         stats, width = _pack_into(input_files, output_files, temporaries, options, nworker,
                                   max_predictions)
         for temporary, path in zip(temporaries, output_files):
-            os.replace(temporary, path)
+            replace_output(temporary, path)
     except BaseException:
         for temporary in temporaries:
             with contextlib.suppress(FileNotFoundError):

@@ -32,6 +32,7 @@ from absl import logging
 
 from benchmark import constants
 from benchmark.errors import exit_on_user_error
+from benchmark.files import check_output, refuse_outputs_over_inputs
 from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir
 from cleanup_scripts.pretraining_features import (DecodeError, count_records, encode_examples,
                                                   feature_spec, parse_pretraining_example,
@@ -71,7 +72,8 @@ def pick_examples(input_tfrecord: str, output_tfrecord: str,
     asked for, so some are repeated (make preprocess: INFO, as the embedded slice always does).
 
     InputError (and no output file) for an unreadable, empty or damaged input, a record that
-    does not match the feature spec, or an output that cannot be written.
+    does not match the feature spec, or an output that cannot be written; RefusedOutput,
+    before anything is read, for an output that is the input, a link or a special file.
     """
     if not input_tfrecord:
         raise InputError("--input_tfrecord: no input file given")
@@ -81,6 +83,8 @@ def pick_examples(input_tfrecord: str, output_tfrecord: str,
         raise InputError(f"--num_examples_to_pick={num_examples_to_pick}: must be at least 1")
     if max_seq_length < 1 or max_predictions_per_seq < 1:
         raise InputError("--max_seq_length and --max_predictions_per_seq must be at least 1")
+    refuse_outputs_over_inputs([input_tfrecord], [output_tfrecord], "--output_tfrecord")
+    check_output(output_tfrecord)
     num_records = count_records(input_tfrecord)
     if num_records == 0:
         raise InputError(f"{input_tfrecord}: no records to pick from")

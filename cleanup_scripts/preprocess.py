@@ -430,12 +430,14 @@ def run_pipeline(output_dir: str, options: Options) -> None:
 
     The options are checked first (`check_options`). One run at a time: the run holds
     `.state/lock` throughout, and a second one is refused (InputError naming the holder)
-    before it changes anything. A run that fails removes its unfinished temporaries.
+    before it changes anything; so is a link planted where the run writes
+    (`DatasetLayout.check_outputs`). A run that fails removes its unfinished temporaries.
     """
     check_options(options)
     if options.results_text and not os.path.isdir(os.path.join(output_dir, ".state")):
         import_results.text_names(Path(options.results_text))  # no new OUT for a bad DIR
     layout = DatasetLayout(ensure_dir(output_dir))
+    layout.check_outputs()
     with exclusive_lock(ensure_dir(layout.state_dir) / "lock", layout.root, "preprocess"):
         remove_unfinished_files(layout.root)
         try:

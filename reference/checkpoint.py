@@ -479,7 +479,7 @@ def remove_orphan_save_folders(directory: str, name: str) -> list[str]:
     """
     removed = []
     for path in tf.io.gfile.glob(os.path.join(directory, f"{name}-*_temp")):
-        if tf.io.gfile.isdir(path):
+        if tf.io.gfile.isdir(path) and not os.path.islink(path):  # never through a link
             tf.io.gfile.rmtree(path)
             logging.info("removed %s, left by a checkpoint save that did not finish", path)
             removed.append(path)

@@ -68,14 +68,17 @@ def preflight(options: RunOptions) -> CheckedInputs:
     """Check the files that `options` name: read the BERT config, check that a step fits in
     this machine's memory (`check_memory`), expand --input_file / --eval_file and check their
     records (the first record of every training file, every eval record evaluated), and probe
-    --init_checkpoint.
+    --init_checkpoint. First of all, a link planted where the run writes in --output_dir (or
+    a --mlperf_log that is a link or a FIFO) is refused (`run_outputs.check_outputs`).
 
     Raises UsageError, InputError, ConfigError or CheckpointError with a one-line message.
     """
     from reference import input_pipeline
     from reference.bert_config import load_bert_config
+    from reference.run_outputs import check_outputs
 
     o = options
+    check_outputs(o.output.output_dir, o.output.mlperf_log)
     config = load_bert_config(o.model.bert_config_file)
     seq, predictions = o.data.max_seq_length, o.data.max_predictions_per_seq
     require(2 <= seq <= config.max_position_embeddings,

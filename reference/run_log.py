@@ -27,16 +27,18 @@ from __future__ import annotations
 import os
 from typing import TextIO
 
+from benchmark.files import open_output
 from reference.error_text import OutputError, write_failure
 
 
 def end_partial_line(path: str) -> bool:
     """End the last line of the local log file `path` if a killed process left it unfinished,
     so that the next record starts on a line of its own (the cut record stays, as one line the
-    checker reports). Returns True if a newline was added."""
-    if not os.path.exists(path) or os.path.getsize(path) == 0:
+    checker reports). Returns True if a newline was added. Never through a link nor on a FIFO
+    or device (`benchmark.files.open_output`: RefusedOutput)."""
+    if not os.path.lexists(path) or os.lstat(path).st_size == 0:
         return False
-    with open(path, "rb+") as handle:
+    with os.fdopen(open_output(path), "rb+") as handle:
         handle.seek(-1, os.SEEK_END)
         if handle.read(1) == b"\n":
             return False
@@ -49,7 +51,8 @@ class LogFile:
     local file `path` (flushed with each record) and copied to `echo` (e.g. sys.stdout).
 
     path or echo may be None (a worker that writes no log passes both). Opening the file (its
-    folder is created, a line a killed process left unfinished is ended) raises OutputError. A
+    folder is created, a line a killed process left unfinished is ended) raises OutputError,
+    or RefusedOutput for a link or a FIFO there (never followed nor opened). A
     later write that fails is kept rather than raised, since BertLogger writes through the
     logging module, which would print a traceback and go on; the file gets nothing more after
     it, and `check()` raises it as OutputError.
@@ -67,7 +70,7 @@ class LogFile:
             if not os.path.lexists(folder):
                 os.makedirs(folder)
             end_partial_line(path)
-            self._file = open(path, "a", encoding="utf-8")  # pylint: disable=consider-using-with
+            self._file = os.fdopen(open_output(path, append=True), "a", encoding="utf-8")
         except OSError as err:
             raise OutputError(f"--mlperf_log: {path}: cannot write ({write_failure(err)})") \
                 from err

@@ -1,20 +1,57 @@
 """What a run writes in --output_dir besides the MLPerf log: checkpoints, eval_results.txt (the
 last eval), eval_history.csv (every eval) and TensorBoard scalars. A write that fails is an
-OutputError naming the file. A training run holds the folder's lock (`output_dir_lock`).
+OutputError naming the file. A training run holds the folder's lock (`output_dir_lock`). A link
+planted where a run writes is refused before anything is written (`check_outputs`), and local
+files are appended to without following links (`open_append`).
 """
 from __future__ import annotations
 
 import contextlib
 import os
+from typing import IO
 
 from absl import logging
 
+from benchmark.files import check_output, check_output_tree, open_output
 from cleanup_scripts.fileio import exclusive_lock
 from reference.error_text import writing
 
 EVAL_RESULTS = "eval_results.txt"
 LOCK_NAME = ".lock"  # the chief's lock file; other workers' add -worker-<task>
 EVAL_HISTORY = "eval_history.csv"
+TENSORFLOW_LOG = "tensorflow.log"  # TensorFlow's own messages, moved there when a run ends
+SUMMARY_FOLDERS = ("train", "eval")  # TensorBoard's
+
+
+def check_outputs(output_dir: str, mlperf_log: str | None) -> None:
+    """RefusedOutput, one line naming it, for a link or a file of the wrong kind where a run
+    writes, locks, appends or deletes in the local folder `output_dir`: the locks, the logs,
+    the eval files, TensorBoard's folders, the checkpoints and their save folders
+    (`benchmark.files.check_output_tree`); and for an `mlperf_log` (local) that is a link, a
+    FIFO or a folder (a character device such as /dev/null will do: it is appended to).
+    `output_dir` itself may be a link; a remote one (gs://) is not checked.
+    Only lstat() and scandir: run before anything is written."""
+    from reference.trainer import CHECKPOINT_NAME
+    if mlperf_log:
+        check_output(mlperf_log, appended=True)
+    if "://" in output_dir:
+        return
+    check_output_tree(output_dir, files=(LOCK_NAME, EVAL_RESULTS, EVAL_HISTORY, TENSORFLOW_LOG,
+                                         "checkpoint"),
+                      folders=SUMMARY_FOLDERS,
+                      links=(f"{LOCK_NAME}*", f"{CHECKPOINT_NAME}-*", ".worker-*"))
+
+
+def open_append(path: str, mode: str = "a") -> IO:
+    """`path` opened to append (`mode` "a" or "ab"; text is UTF-8): a local file created if
+    absent and never through a link nor on a FIFO or device (`benchmark.files.open_output`:
+    RefusedOutput), a remote one (gs://) through tf.io.gfile. Raises OSError (or TensorFlow's
+    error) when it cannot be opened."""
+    if "://" in path:
+        import tensorflow as tf
+        return tf.io.gfile.GFile(path, mode)
+    return os.fdopen(open_output(path, append=True), mode,
+                     **({} if "b" in mode else {"encoding": "utf-8"}))
 
 
 def output_dir_lock(output_dir: str, task: int):
@@ -58,6 +95,8 @@ def summary_writer(output_dir: str, folder: str, chief: bool):
     if not chief:
         return tf.summary.create_noop_writer()
     path = os.path.join(output_dir, folder)
+    if os.path.islink(path):  # refused, never written through (a file there: OutputError)
+        check_output(path, folder=True)
     with writing("--output_dir", path):
         return tf.summary.create_file_writer(path)
 
@@ -98,7 +137,7 @@ def _write_eval_results(output_dir: str, step: int, samples: int,
             out.write("\n".join(lines) + "\n")
         tf.io.gfile.rename(partial, path, overwrite=True)
         new = not tf.io.gfile.exists(history)
-        with tf.io.gfile.GFile(history, "a") as out:
+        with open_append(history) as out:
             if new:
                 out.write(",".join(["global_step", "samples", *sorted(metrics)]) + "\n")
             out.write(",".join([str(step), str(samples)] +

@@ -80,11 +80,11 @@ def _keep_native_log(path: str) -> None:
     folder for sure) to OUTPUT_DIR/tensorflow.log when that folder is local and this process
     held it (a run refused before, e.g. because another holds it, writes nothing there); a
     failed run that did not keeps them where they are and says so."""
-    from reference.run_outputs import held_by_this_process
+    from reference.run_outputs import TENSORFLOW_LOG, held_by_this_process, open_append
     output_dir = FLAGS.output_dir
     if output_dir and "://" not in output_dir and held_by_this_process(output_dir):
-        with contextlib.suppress(OSError), open(path, "rb") as src, \
-                open(os.path.join(output_dir, "tensorflow.log"), "ab") as dest:
+        with contextlib.suppress(OSError, UserError), open(path, "rb") as src, \
+                open_append(os.path.join(output_dir, TENSORFLOW_LOG), "ab") as dest:
             shutil.copyfileobj(src, dest)
         with contextlib.suppress(OSError):
             os.unlink(path)

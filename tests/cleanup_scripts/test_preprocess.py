@@ -371,6 +371,41 @@ def test_a_build_without_the_manifests_record_gets_it_from_the_next_run(first_ru
     assert verified.stdout.splitlines()[-1].startswith("verify: PASSED: ")
 
 
+@pytest.mark.parametrize("planted", [".state/lock", ".state", "results", "work", "text",
+                                     "work/cleaned/AA"])
+def test_a_link_planted_where_preprocess_writes_is_refused_before_anything_is_touched(
+        first_run, tmp_path, planted):
+    # Before: a linked .state/lock was overwritten with the lock's text, a linked .state got
+    # the stage records, a linked results/ its parts replaced, a linked work/ lost the train/
+    # folder of the link's target, a linked text/ ended in a traceback (rmtree on a link).
+    output, elsewhere = tmp_path / "dataset", tmp_path / "elsewhere"
+    shutil.copytree(first_run, output)
+    for stage in ("extract", "separate"):  # those stages (and all after them) run again
+        (output / ".state" / stage).unlink()
+    elsewhere.mkdir()
+    victim = elsewhere / Path(planted).name
+    (output / planted).rename(victim)
+    (output / planted).symlink_to(victim)
+    before, victim_before = tree_state(output), tree_state(elsewhere)
+    result = preprocess(output, "--nworker=2", check=False)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        f"error: {output / planted}: is a symbolic link (to {victim}); outputs are never "
+        "written through a link: remove it or name another path")
+    assert "Traceback" not in result.stderr and result.stderr.count("error:") == 1
+    assert tree_state(elsewhere) == victim_before and tree_state(output) == before
+
+
+def test_an_output_dir_that_is_itself_a_link_is_used(first_run, tmp_path):
+    # The folder a user names may be a link (to another disk): only what is inside is checked.
+    real, output = tmp_path / "disk" / "dataset", tmp_path / "dataset"
+    shutil.copytree(first_run, real)
+    output.symlink_to(real)
+    result = preprocess(output, "--nworker=2")
+    assert summarised_stages(result.stderr) == set()
+    assert_same_dataset(real, first_run)
+
+
 # ---- flags are checked before the first stage ---------------------------------------------------
 
 @pytest.mark.parametrize("flag, problem", [

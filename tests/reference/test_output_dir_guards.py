@@ -1,7 +1,8 @@
 """An --output_dir belongs to one run: a second trainer started into a folder that a live
-trainer holds is refused (a lock the OS releases when its holder dies, kill -9 included), and a
+trainer holds is refused (a lock the OS releases when its holder dies, kill -9 included), a
 started run whose checkpoints are all damaged is refused rather than restarted from scratch
-into the same folder and log. Real trainer subprocesses on the tiny synthetic data set.
+into the same folder and log, and a link planted where a run writes is refused before anything
+is written. Real trainer subprocesses on the tiny synthetic data set.
 """
 from __future__ import annotations
 
@@ -15,14 +16,17 @@ from pathlib import Path
 
 import pytest
 
+from benchmark.files import RefusedOutput
 from reference.preflight import check_output_dir_holds_no_input
 from reference.run_flags import UsageError
+from reference.run_log import LogFile
+from reference.run_outputs import output_dir_lock
 from tests.conftest import REPO
 from tests.reference import synthetic_data
 from tests.reference.test_bad_inputs import assert_one_error_line
 from tests.reference.test_crash_resume import checkpoint_steps
 from tests.reference.test_run_pretraining import read_mllog
-from tests.reference.test_untrusted_inputs import flag_list, run_cli
+from tests.reference.test_untrusted_inputs import checked, flag_list, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -119,3 +123,69 @@ def test_output_dir_that_is_or_holds_an_input_is_refused(data, tmp_path, output,
             ("--init_checkpoint", [str(extra["init_checkpoint"])] if extra else [])])
     check_output_dir_holds_no_input(str(tmp_path / "elsewhere"), [
         ("--input_file", [str(folder / "part-00000-of-00002")])])
+
+
+def _plant(out: Path, name: str, victim: Path) -> None:
+    """`out/name` a link to `victim` (a folder for TensorBoard's and the save folders, else a
+    file holding a line of its own)."""
+    out.mkdir(exist_ok=True)
+    if name in ("train", "eval") or name.endswith("_temp"):
+        victim.mkdir()
+        (victim / "keep").write_text("not the run's\n")
+    else:
+        victim.write_text("not the run's\n")
+    (out / name).symlink_to(victim)
+
+
+def _tree(root: Path) -> dict[str, tuple]:
+    """Every entry under `root`, not followed: its kind, size, mtime and bytes."""
+    return {str(path.relative_to(root)): (path.lstat().st_mode, path.lstat().st_size,
+                                          path.lstat().st_mtime_ns,
+                                          path.read_bytes() if path.is_file()
+                                          and not path.is_symlink() else None)
+            for path in sorted(root.rglob("*"))}
+
+
+def _link_line(path: Path, victim: Path) -> str:
+    return (f"{path}: is a symbolic link (to {victim}); outputs are never written through a "
+            "link: remove it or name another path")
+
+
+@pytest.mark.parametrize("name", [".lock", "tensorflow.log"])
+def test_a_link_planted_where_a_run_writes_is_refused_before_anything_is_written(
+        data, tmp_path, name):
+    # Before: the lock's text overwrote the link's target; TensorFlow's messages were appended
+    # to it when the run ended.
+    out, victim = tmp_path / "out", tmp_path / "victim"
+    _plant(out, name, victim)
+    before = _tree(tmp_path)
+    result = run_cli(data, out)
+    assert_one_error_line(result, f"error: {_link_line(out / name, victim)}")
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("name", ["mlperf.log", "eval_history.csv", "train", "eval",
+                                  "eval_results.txt", "model.ckpt-8_temp", ".lock-worker-1",
+                                  ".worker-1", "checkpoint"])
+def test_every_entry_a_run_writes_or_deletes_is_checked_for_links(data, tmp_path, name):
+    # Before: mlperf.log and eval_history.csv were appended to the link's target, TensorBoard's
+    # events went into a linked train/, and a linked save folder (model.ckpt-N_temp) was
+    # emptied by the orphan sweep at the start. Now preflight refuses each, before any write.
+    out, victim = tmp_path / "out", tmp_path / "victim"
+    _plant(out, name, victim)
+    with pytest.raises(RefusedOutput, match=f"^{re.escape(_link_line(out / name, victim))}$"):
+        checked(data, out)
+
+
+def test_the_log_and_the_lock_are_never_opened_through_a_link(tmp_path):
+    # At open time too (a link planted after the check): O_NOFOLLOW, the target untouched.
+    victim = tmp_path / "victim"
+    victim.write_text("not the run's\n")
+    for name in ("mlperf.log", ".lock"):
+        (tmp_path / name).symlink_to(victim)
+    with pytest.raises(RefusedOutput, match="mlperf.log: is a symbolic link"):
+        LogFile(str(tmp_path / "mlperf.log"))
+    with pytest.raises(RefusedOutput, match=r"\.lock: is a symbolic link"):
+        with output_dir_lock(str(tmp_path), 0):
+            pass
+    assert victim.read_text() == "not the run's\n"
