@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from absl import logging
 
 from benchmark import constants
+from benchmark.capacity import host_memory_bytes
 from reference.error_text import writing
 from reference.run_flags import UsageError, require
 from reference.run_options import RunOptions
@@ -154,21 +155,6 @@ def _check_init_checkpoint(o: RunOptions) -> None:
     except ckpt.CheckpointError:
         if o.do_train or not _checkpoint_exists(o.model.init_checkpoint):
             raise
-
-
-def host_memory_bytes() -> int:
-    """This machine's memory in bytes: its physical memory, or the cgroup's limit if lower (a
-    container's)."""
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            with open(path, encoding="ascii") as handle:
-                text = handle.read(64).strip()
-        except (OSError, ValueError):
-            continue
-        if text.isdigit():
-            total = min(total, int(text))
-    return total
 
 
 def runs_on_cpu(o: RunOptions) -> bool:

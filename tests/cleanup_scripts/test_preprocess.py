@@ -384,6 +384,24 @@ def test_out_of_range_flag_is_refused_before_the_first_stage(tmp_path, flag, pro
     assert not output.exists()
 
 
+@pytest.mark.parametrize("flag, problem", [
+    ("--dupe_factor=10000000000000", "10,000,000,000,000 instances (at least one per "
+     "duplicate of a document) need at least 900,000.0 GB of memory, more than the "),
+    ("--num_eval_examples=1000000000000000", "1,000,000,000,000,000 records of at least 2,197 "
+     "bytes take at least 2,197,000,000.0 GB, more than the "),
+])
+def test_flag_beyond_what_the_machine_holds_is_refused_before_the_first_stage(tmp_path, flag,
+                                                                             problem):
+    # Was: --dupe_factor=10^9 grew ~6.5 MB/s with no output; --num_eval_examples=10^11 ended
+    # in a numpy traceback after 4.5 GB, both once the stages before had run.
+    output = tmp_path / "dataset"
+    result = preprocess_bounded(output, flag)
+    assert result.returncode == 1
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: {flag}: {problem}")
+    assert not output.exists()
+
+
 def test_directory_given_as_dump_is_called_a_directory(tmp_path):
     folder = tmp_path / "dumps"
     folder.mkdir()
