@@ -362,7 +362,7 @@ def test_manifest_never_hashes_a_file_a_link_in_the_output_leads_to(first_run, t
     ("--dupe_factor=-2", "must be at least 1"),
     ("--num_eval_examples=0", "must be at least 1"),
     ("--num_test_articles=-1", "must be at least 1"),
-    ("--max_predictions_per_seq=0", "must be at least 1"),
+    ("--max_predictions_per_seq=0", "must be at least 1 and at most 4096"),
     ("--max_seq_length=4", "must be at least 5 and at most 4096"),
     ("--seed=-1", "must be at least 0"),
     ("--random_seed=-1", "must be at least 0"),
