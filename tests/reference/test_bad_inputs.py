@@ -288,6 +288,21 @@ def test_memory_bound_stays_below_what_a_run_really_takes():
         check_memory(*demo_options("--train_batch_size=300000"), int(1.49e9), on_cpu=False)
 
 
+def test_an_update_whose_micro_batches_cannot_fit_is_refused():
+    # The training stream holds an update's micro-batches parsed in one element; the bound
+    # was per micro-step only, so --steps_per_update had none.
+    from reference.preflight import check_memory
+    steps = ("--num_train_steps=1000000", "--iterations_per_loop=100000",
+             "--save_checkpoints_steps=100000", "--num_warmup_steps=0")
+    check_memory(*demo_options("--steps_per_update=4", *steps), int(1.49e9), on_cpu=True)
+    with pytest.raises(UsageError) as err:
+        check_memory(*demo_options("--steps_per_update=100000", *steps), int(1.49e9),
+                     on_cpu=True)
+    assert str(err.value) == ("--steps_per_update=100000: an update's 100,000 micro-batches of "
+                              "32 records, which the input pipeline holds parsed, need at least "
+                              "22.6 GB of memory, more than the 1.5 GB this machine has")
+
+
 def assert_one_error_line(result, expected: str) -> None:
     """Exit status 1, no traceback, and stderr's only `error:` line, its last, is `expected`."""
     assert result.returncode == 1, result.stderr[-2000:]
