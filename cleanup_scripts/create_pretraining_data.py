@@ -28,8 +28,11 @@ inputs it cannot handle or cannot reproduce: text that is not UTF-8 stops with a
 file and line (the reference dies with UnicodeDecodeError there); glob matches are read in
 sorted order (the reference reads them in directory order, and also matches hidden files);
 input with no tokens at all is an error (the reference writes empty files); an output listed
-twice is an error, and missing output directories are created. One limit the reference does not
-have: --max_seq_length above 4096 is refused (see `pretraining_instances.MAX_SEQ_LENGTH`). Flag
+twice is an error, and missing output directories are created. Limits the reference does not
+have: --max_seq_length and --max_predictions_per_seq above 4096 are refused (see
+`pretraining_instances.MAX_SEQ_LENGTH`), and so is a --dupe_factor whose instances cannot fit
+in this machine's memory, or their records on the output's disk (each document makes at least
+one instance per duplicate: checked once the input is read, before any instance is made). Flag
 defaults are the benchmark's: --max_seq_length=512 and --max_predictions_per_seq=76 (the
 reference defaults to 128 and 20; the MLPerf flow always passes 512 and 76) and --vocab_file is
 the vendored BERT vocabulary (the reference has no default).
@@ -53,17 +56,22 @@ from absl import app, flags, logging
 from tqdm import tqdm
 
 from benchmark import constants
+from benchmark.capacity import require_disk, require_memory
 from benchmark.errors import exit_on_user_error
 from benchmark.files import check_output, refuse_outputs_over_inputs
 from cleanup_scripts import VOCAB_FILE
 from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir, expand_inputs
-from cleanup_scripts.pretraining_features import PretrainingEncoder
+from cleanup_scripts.pretraining_features import (PretrainingEncoder, feature_spec,
+                                                  smallest_record_bytes)
 from cleanup_scripts.pretraining_instances import (KEEP, MAX_SEQ_LENGTH, Corpus, Instances,
                                                    MaskingConfig, create_instances)
 from cleanup_scripts.runner import StageSummary, inner_bar_disabled, report, total_bytes
 from cleanup_scripts.tokenization import FullTokenizer
 
 WRITE_BATCH = 1024
+# Bytes an instance takes in memory at the least: its six int64 spans and flags, one masked
+# position (uint16) and its id (int32), and its place in the write order (a list slot and an int).
+INSTANCE_BYTES = 6 * 8 + 2 + 4 + 8 + 28
 
 
 # ---- reading ------------------------------------------------------------------------------------
@@ -207,18 +215,43 @@ def get_tokenizer(vocab_file: str, do_lower_case: bool,
 
 def check_options(max_seq_length: int, max_predictions_per_seq: int, dupe_factor: int,
                   masked_lm_prob: float, short_seq_prob: float) -> None:
-    """InputError for flag values the reference cannot turn into valid records."""
+    """InputError for flag values the reference cannot turn into valid records, or whose
+    instances could not fit in this machine's memory even from one document."""
     if not 5 <= max_seq_length <= MAX_SEQ_LENGTH:
         raise InputError(f"--max_seq_length={max_seq_length}: must be at least 5 "
                          f"and at most {MAX_SEQ_LENGTH}")
-    if max_predictions_per_seq < 1:
-        raise InputError(f"--max_predictions_per_seq={max_predictions_per_seq}: must be at least 1")
+    if not 1 <= max_predictions_per_seq <= MAX_SEQ_LENGTH:
+        raise InputError(f"--max_predictions_per_seq={max_predictions_per_seq}: must be at least "
+                         f"1 and at most {MAX_SEQ_LENGTH}")
     if dupe_factor < 1:
         raise InputError(f"--dupe_factor={dupe_factor}: must be at least 1")
+    require_memory(f"--dupe_factor={dupe_factor}", f"{dupe_factor:,} instances (at least one "
+                   "per duplicate of a document)", dupe_factor * INSTANCE_BYTES)
     if not 0.0 <= masked_lm_prob <= 1.0:
         raise InputError(f"--masked_lm_prob={masked_lm_prob}: must be between 0 and 1")
     if not 0.0 <= short_seq_prob <= 1.0:
         raise InputError(f"--short_seq_prob={short_seq_prob}: must be between 0 and 1")
+
+
+def check_capacity(documents: int, dupe_factor: int, max_seq_length: int,
+                   max_predictions_per_seq: int, output_files: list[str]) -> None:
+    """InputError naming --dupe_factor when the instances of `documents` documents (at least
+    one per document per duplicate) cannot fit in this machine's memory, or their records
+    (at least `smallest_record_bytes` each, round-robin over `output_files`) on the disks of
+    the output files' folders."""
+    flag = f"--dupe_factor={dupe_factor}"
+    instances = dupe_factor * documents
+    require_memory(flag, f"{instances:,} instances (at least one per duplicate of each of "
+                   f"{documents:,} documents)", instances * INSTANCE_BYTES)
+    record = smallest_record_bytes(feature_spec(max_seq_length, max_predictions_per_seq))
+    by_disk: dict[int, list] = {}  # device -> [a folder on it, records written there]
+    for path in output_files:
+        folder = os.path.dirname(os.path.abspath(path))
+        by_disk.setdefault(os.stat(folder).st_dev, [folder, 0])[1] += (
+            instances // len(output_files))
+    for folder, records in by_disk.values():
+        require_disk(flag, f"{records:,} records of at least {record:,} bytes",
+                     records * record, folder)
 
 
 def write_pretraining_data(input_files: list[str], output_files: list[str],
@@ -233,8 +266,9 @@ def write_pretraining_data(input_files: list[str], output_files: list[str],
     """Read `input_files` (in order), write the TFRecords to `output_files`; returns the count.
 
     InputError (and no output file) for a bad vocabulary, unreadable or non-UTF-8 input, input
-    without any tokens, or an output that cannot be written; RefusedOutput, before anything is
-    read, for an output that is an input, a link or a special file (`/dev/null`).
+    without any tokens, instances that cannot fit (`check_capacity`), or an output that cannot
+    be written; RefusedOutput, before anything is read, for an output that is an input, a link
+    or a special file (`/dev/null`).
     """
     check_options(max_seq_length, max_predictions_per_seq, dupe_factor, masked_lm_prob,
                   short_seq_prob)
@@ -256,6 +290,8 @@ def write_pretraining_data(input_files: list[str], output_files: list[str],
         raise InputError(f"{','.join(input_files)}: no text to make instances from")
     logging.info("read %d documents, %d sentences, %d tokens", len(corpus.documents),
                  len(corpus.sentence_lengths), len(corpus.tokens))
+    check_capacity(len(corpus.documents), dupe_factor, max_seq_length, max_predictions_per_seq,
+                   list(output_files))
 
     config = MaskingConfig(max_seq_length, max_predictions_per_seq, masked_lm_prob,
                            short_seq_prob, len(vocab), vocab["[MASK]"])
@@ -278,11 +314,14 @@ def define_flags() -> None:
                       "Lower-case (and strip accents from) the text: True for uncased models.")
     flags.DEFINE_integer("max_seq_length", constants.MAX_SEQ_LENGTH, "Maximum sequence length.")
     flags.DEFINE_integer("max_predictions_per_seq", constants.MAX_PREDICTIONS_PER_SEQ,
-                         "Maximum number of masked LM predictions per sequence.")
+                         f"Maximum number of masked LM predictions per sequence (1 to "
+                         f"{MAX_SEQ_LENGTH}).")
     flags.DEFINE_integer("random_seed", constants.PRETRAINING_RANDOM_SEED,
                          "Random seed for data generation.")
     flags.DEFINE_integer("dupe_factor", constants.DUPE_FACTOR,
-                         "Number of times to duplicate the input data (with different masks).")
+                         "Number of times to duplicate the input data (with different masks); "
+                         "refused when the instances cannot fit in memory or their records on "
+                         "the output's disk.")
     flags.DEFINE_float("masked_lm_prob", constants.MASKED_LM_PROB, "Masked LM probability.")
     flags.DEFINE_float("short_seq_prob", constants.SHORT_SEQ_PROB,
                        "Probability of a sequence shorter than the maximum length.")

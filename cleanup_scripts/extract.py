@@ -265,8 +265,10 @@ class _Settings:
 
     def script_argv(self) -> list[str]:
         """The script's command line: the reference's `WikiExtractor.py DUMP.xml`, plus the
-        output folder, size and process count (`--sections` on request, `-q` unless verbose)."""
-        return (["WikiExtractor.py", str(self.input_path), "-o", str(self.building),
+        output folder, size and process count (`--sections` on request, `-q` unless verbose).
+        Paths are absolute, so that one beginning with "-" is not taken for an option."""
+        return (["WikiExtractor.py", os.path.abspath(self.input_path),
+                 "-o", os.path.abspath(self.building),
                  "-b", f"{self.size // 1024}K", "--processes", str(self.processes)]
                 + (["--sections"] if self.keep_sections else [])
                 + ([] if self.verbose else ["-q"]))

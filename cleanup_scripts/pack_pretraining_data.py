@@ -28,9 +28,11 @@ Same inputs and flags, same bytes. One input: --output_file is the output file; 
 of the inputs (through a link too), a link, a special file (`/dev/null`), or a folder holding
 the inputs, is refused before anything is written.
 
-Input records must be create_pretraining_data's: input_mask 1s then 0s, real predictions those
-of non-zero weight, inside the sequence. Anything else is a one-line error naming the file and
-record, and no output is left under a final name.
+Input records must be create_pretraining_data's: input_mask 1s then 0s, segment_ids 0s then 1s
+within the sequence (from [CLS]'s 0), masked_lm_weights 1 (a real prediction, inside the
+sequence) or 0, a next_sentence label of 0 or 1, no negative id. Anything else (a record of
+random bytes too) is a one-line error naming the file and record, and no output is left under
+a final name.
 """
 from __future__ import annotations
 
@@ -55,7 +57,8 @@ from cleanup_scripts.fileio import (InputError, disk_full, ensure_dir, expand_in
                                     temporary_name)
 from cleanup_scripts.packing import PackStats, Rows, most_per_row, pack_lengths
 from cleanup_scripts.pretraining_features import (RecordLayout, encode_examples, feature_problem,
-                                                  read_records, tf_feature_spec, write_records)
+                                                  read_records, tf_feature_spec, tf_parse_errors,
+                                                  write_records)
 from cleanup_scripts.runner import (map_in_workers, peak_rss_mb, shared_workers, total_bytes,
                                     worker_count)
 
@@ -105,7 +108,7 @@ def _parse_chunks(path: str, options: PackOptions, names: tuple[str, ...]):
                                          max(1, PARSE_TOKENS // options.max_seq_length))):
         try:
             parsed = tf.io.parse_example(tf.constant(chunk), spec)
-        except tf.errors.InvalidArgumentError:
+        except tf_parse_errors():
             for offset, data in enumerate(chunk):
                 problem = feature_problem(data, options.max_seq_length,
                                           options.max_predictions_per_seq)
@@ -119,14 +122,21 @@ def _parse_chunks(path: str, options: PackOptions, names: tuple[str, ...]):
 def _lengths_and_predictions(path: str, first: int, mask: np.ndarray, weights: np.ndarray,
                              positions: np.ndarray | None = None
                              ) -> tuple[np.ndarray, np.ndarray]:
-    """Each record's token count and real predictions (non-zero weight), checked: the input
-    mask is 1s then 0s, and (given positions) every real prediction lies in the sequence."""
+    """Each record's token count and real predictions (weight 1), checked: the input mask is
+    1s then 0s, every weight 0 or 1, and (given positions) every real prediction lies in the
+    sequence."""
     lengths = mask.sum(axis=1)
     expected = np.arange(mask.shape[1])[None, :] < lengths[:, None]
     bad = np.flatnonzero((mask != expected).any(axis=1) | (lengths < 1))
     if bad.size:
         raise InputError(f"{path}: record {first + bad[0]}: input_mask is not 1s then 0s (not "
                          "a create_pretraining_data record)")
+    odd = np.flatnonzero(((weights != 0) & (weights != 1)).any(axis=1))
+    if odd.size:
+        row = weights[odd[0]]
+        value = row[(row != 0) & (row != 1)][0]
+        raise InputError(f"{path}: record {first + odd[0]}: masked_lm_weights holds {value}, "
+                         "not 0 or 1")
     real = weights != 0
     if positions is not None:
         outside = np.flatnonzero((real & ((positions < 0) | (positions >= lengths[:, None])))
@@ -213,19 +223,40 @@ def sequences_from_columns(columns: dict[str, np.ndarray]) -> Sequences:
         labels=np.asarray(columns["next_sentence_labels"])[:, 0])
 
 
+def _check_segments_and_labels(path: str, first: int, columns: dict[str, np.ndarray]) -> None:
+    """InputError naming the first record (of parsed columns whose first is record `first`)
+    whose segment_ids are not 0s then 1s within the sequence, starting with [CLS]'s 0, or
+    whose next_sentence label is not 0 or 1."""
+    segments = columns["segment_ids"]
+    inside = columns["input_mask"] != 0
+    bad = (segments[:, 0] != 0) | (inside & (segments != 0) & (segments != 1)).any(axis=1) | (
+        inside[:, 1:] & (np.diff(segments, axis=1) < 0)).any(axis=1)
+    rows = np.flatnonzero(bad)
+    if rows.size:
+        raise InputError(f"{path}: record {first + rows[0]}: segment_ids are not 0s then 1s "
+                         "within the sequence (not a create_pretraining_data record)")
+    labels = columns["next_sentence_labels"][:, 0]
+    rows = np.flatnonzero((labels != 0) & (labels != 1))
+    if rows.size:
+        raise InputError(f"{path}: record {first + rows[0]}: next_sentence_labels holds "
+                         f"{labels[rows[0]]}, not 0 or 1")
+
+
 def read_sequences(path: str, options: PackOptions) -> Sequences:
-    """Every record of `path` as `Sequences` (checked as in pass 1, and every id >= 0)."""
+    """Every record of `path` as `Sequences` (checked as in pass 1, and every id >= 0, the
+    segment ids and next-sentence labels as `_check_segments_and_labels`)."""
     names = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
              "masked_lm_weights", "next_sentence_labels")
     parts: list[Sequences] = []
     for first, chunk in _parse_chunks(path, options, names):
         _lengths_and_predictions(path, first, chunk["input_mask"], chunk["masked_lm_weights"],
                                  chunk["masked_lm_positions"])
-        for name in ("input_ids", "segment_ids", "masked_lm_ids", "next_sentence_labels"):
+        for name in ("input_ids", "masked_lm_ids"):
             negative = np.flatnonzero((chunk[name] < 0).any(axis=1))
             if negative.size:
                 raise InputError(f"{path}: record {first + negative[0]}: {name} holds a "
                                  "negative value")
+        _check_segments_and_labels(path, first, chunk)
         parts.append(sequences_from_columns(chunk))
     if not parts:
         raise InputError(f"{path}: holds no records")

@@ -15,10 +15,13 @@ reference's feature for feature.
 When the input holds fewer records than asked for, the reference still writes
 `num_examples_to_pick` records, repeating input records (each about `num_examples_to_pick /
 num_records` times, in order); this does the same, with a warning. An input without records,
-or a record without the expected features, is an error (the reference crashes on both).
+or a record without the expected features, is an error (the reference crashes on both), and so
+is a --num_examples_to_pick whose records cannot fit on the output's disk (each takes at least
+`smallest_record_bytes`; checked before the input is read).
 
 The input is streamed twice (a count of the records, then the picking); only one batch of
-picked records is held in memory, and TensorFlow is not needed.
+picked records (at most BATCH, repeats included) is held in memory, and TensorFlow is not
+needed.
 """
 from __future__ import annotations
 
@@ -31,12 +34,14 @@ import numpy as np
 from absl import logging
 
 from benchmark import constants
+from benchmark.capacity import require_disk
 from benchmark.errors import exit_on_user_error
 from benchmark.files import check_output, refuse_outputs_over_inputs
 from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir
 from cleanup_scripts.pretraining_features import (DecodeError, count_records, encode_examples,
                                                   feature_spec, parse_pretraining_example,
-                                                  read_records, write_records)
+                                                  read_records, smallest_record_bytes,
+                                                  write_records)
 from cleanup_scripts.runner import StageSummary, report
 
 BATCH = 512
@@ -59,32 +64,47 @@ def _canonical(record: bytes, spec, path: str, index: int) -> dict[str, np.ndarr
                    else values) for name, values in features.items()}
 
 
+def check_room(num_examples_to_pick: int, max_seq_length: int, max_predictions_per_seq: int,
+               output_tfrecord: str, flag: str = "--num_examples_to_pick") -> None:
+    """InputError naming `flag` when `num_examples_to_pick` records of the flags' shapes (at
+    least `smallest_record_bytes` each) cannot fit on the disk of `output_tfrecord`'s folder."""
+    record = smallest_record_bytes(feature_spec(max_seq_length, max_predictions_per_seq))
+    require_disk(f"{flag}={num_examples_to_pick}",
+                 f"{num_examples_to_pick:,} records of at least {record:,} bytes",
+                 num_examples_to_pick * record, os.path.dirname(os.path.abspath(output_tfrecord)))
+
+
 def pick_examples(input_tfrecord: str, output_tfrecord: str,
                   num_examples_to_pick: int = constants.EVAL_SAMPLES,
                   max_seq_length: int = constants.MAX_SEQ_LENGTH,
                   max_predictions_per_seq: int = constants.MAX_PREDICTIONS_PER_SEQ,
                   progress: Callable[[int], None] | None = None,
-                  repeats_level: int = logging.WARNING) -> int:
+                  repeats_level: int = logging.WARNING,
+                  flag: str = "--num_examples_to_pick") -> int:
     """Write the picked records of `input_tfrecord` to `output_tfrecord`; returns how many.
 
     `progress(n)`, when given, is called as each batch of n picked records is written.
     `repeats_level`: the absl level of the line saying that the input holds fewer records than
     asked for, so some are repeated (make preprocess: INFO, as the embedded slice always does).
+    `flag`: the name of `num_examples_to_pick` in messages.
 
     InputError (and no output file) for an unreadable, empty or damaged input, a record that
-    does not match the feature spec, or an output that cannot be written; RefusedOutput,
-    before anything is read, for an output that is the input, a link or a special file.
+    does not match the feature spec, more records than the output's disk can hold
+    (`check_room`), or an output that cannot be written; RefusedOutput, before anything is
+    read, for an output that is the input, a link or a special file.
     """
     if not input_tfrecord:
         raise InputError("--input_tfrecord: no input file given")
     if not output_tfrecord:
         raise InputError("--output_tfrecord: no output file given")
     if num_examples_to_pick < 1:
-        raise InputError(f"--num_examples_to_pick={num_examples_to_pick}: must be at least 1")
+        raise InputError(f"{flag}={num_examples_to_pick}: must be at least 1")
     if max_seq_length < 1 or max_predictions_per_seq < 1:
         raise InputError("--max_seq_length and --max_predictions_per_seq must be at least 1")
     refuse_outputs_over_inputs([input_tfrecord], [output_tfrecord], "--output_tfrecord")
     check_output(output_tfrecord)
+    check_room(num_examples_to_pick, max_seq_length, max_predictions_per_seq, output_tfrecord,
+               flag)
     num_records = count_records(input_tfrecord)
     if num_records == 0:
         raise InputError(f"{input_tfrecord}: no records to pick from")
@@ -116,8 +136,8 @@ def pick_examples(input_tfrecord: str, output_tfrecord: str,
                 batch.append(features)
                 picked += 1
                 next_index = next(wanted, None)
-            if len(batch) >= BATCH:
-                flush()
+                if len(batch) >= BATCH:
+                    flush()
             if next_index is None:
                 break
         if batch:
@@ -135,7 +155,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--input_tfrecord", type=str, default="", help="Input TFRecord path.")
     parser.add_argument("--output_tfrecord", type=str, default="", help="Output TFRecord path.")
     parser.add_argument("--num_examples_to_pick", type=int, default=constants.EVAL_SAMPLES,
-                        help="Number of examples to pick.")
+                        help="Number of examples to pick (refused when they cannot fit on the "
+                        "output's disk).")
     parser.add_argument("--max_seq_length", type=int, default=constants.MAX_SEQ_LENGTH,
                         help="The maximum number of tokens within a sequence.")
     parser.add_argument("--max_predictions_per_seq", type=int,

@@ -216,7 +216,8 @@ def run_eval_10k(layout: DatasetLayout, options: Options) -> StageSummary:
         picked = pick_eval_samples.pick_examples(
             str(source), str(layout.tfrecord_dir / "eval_10k"), options.num_eval_examples,
             options.max_seq_length, options.max_predictions_per_seq, progress=bar.advance,
-            repeats_level=logging.INFO)  # a small dump's eval set always repeats records
+            repeats_level=logging.INFO,  # a small dump's eval set always repeats records
+            flag="--num_eval_examples")
     return StageSummary("eval_10k", 1, picked, os.path.getsize(source), started)
 
 
@@ -428,12 +429,17 @@ def check_inputs(layout: DatasetLayout, options: Options) -> Options:
 def run_pipeline(output_dir: str, options: Options) -> None:
     """Run, into `output_dir`, every stage that is not finished with these parameters.
 
-    The options are checked first (`check_options`). One run at a time: the run holds
+    The options are checked first (`check_options`, and that eval_10k's records can fit on
+    the disk of `output_dir`). One run at a time: the run holds
     `.state/lock` throughout, and a second one is refused (InputError naming the holder)
     before it changes anything; so is a link planted where the run writes
     (`DatasetLayout.check_outputs`). A run that fails removes its unfinished temporaries.
     """
     check_options(options)
+    pick_eval_samples.check_room(options.num_eval_examples, options.max_seq_length,
+                                 options.max_predictions_per_seq,
+                                 str(DatasetLayout(Path(output_dir)).tfrecord_dir / "eval_10k"),
+                                 flag="--num_eval_examples")
     if options.results_text and not os.path.isdir(os.path.join(output_dir, ".state")):
         import_results.text_names(Path(options.results_text))  # no new OUT for a bad DIR
     layout = DatasetLayout(ensure_dir(output_dir))
@@ -503,10 +509,12 @@ flags.DEFINE_integer("max_predictions_per_seq", constants.MAX_PREDICTIONS_PER_SE
                      "Masked positions per sequence.")
 flags.DEFINE_float("masked_lm_prob", constants.MASKED_LM_PROB, "Fraction of tokens masked.")
 flags.DEFINE_float("short_seq_prob", constants.SHORT_SEQ_PROB, "Chance of a short sequence.")
-flags.DEFINE_integer("dupe_factor", constants.DUPE_FACTOR, "Maskings of each document.")
+flags.DEFINE_integer("dupe_factor", constants.DUPE_FACTOR, "Maskings of each document "
+                     "(refused when the instances cannot fit in memory).")
 flags.DEFINE_integer("random_seed", constants.PRETRAINING_RANDOM_SEED,
                      "Seed of create_pretraining_data.")
-flags.DEFINE_integer("num_eval_examples", constants.EVAL_SAMPLES, "Records in eval_10k.")
+flags.DEFINE_integer("num_eval_examples", constants.EVAL_SAMPLES, "Records in eval_10k "
+                     "(refused when they cannot fit on the disk of --output_dir).")
 flags.DEFINE_integer("nworker", 0, "Worker processes (0: all cores).")
 flags.DEFINE_bool("pack", False, "Also write tfrecords_packed/: the training parts and eval_10k "
                   "with up to --max_sequences_per_pack sequences per row "

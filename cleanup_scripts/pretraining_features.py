@@ -37,6 +37,7 @@ framing reader over any binary handle, `FramingError` naming the record and the 
 """
 from __future__ import annotations
 
+import math
 import os
 import struct
 from collections import OrderedDict
@@ -63,7 +64,7 @@ class FeatureSpec:
     @property
     def length(self) -> int:
         """Number of values in one record."""
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
 
 def feature_spec(max_seq_length: int,
@@ -194,6 +195,14 @@ def tf_feature_spec(layout: RecordLayout) -> dict:
             for name, spec in layout.spec().items()}
 
 
+def tf_parse_errors() -> tuple[type[Exception], ...]:
+    """What `tf.io.parse_example` (eager, in a tf.function or a tf.data stream) raises for a
+    record that does not parse: InvalidArgumentError, or the UnicodeDecodeError that replaces
+    it when its message quotes the record's bytes and they are not UTF-8 (random bytes)."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    return tf.errors.InvalidArgumentError, UnicodeDecodeError
+
+
 # ---- protobuf encoding --------------------------------------------------------------------------
 
 def _varint(value: int) -> bytes:
@@ -252,6 +261,17 @@ def _header(name: str, kind: str, size: int) -> bytes:
                  + b"\x12" + _varint(len(feature) + size) + feature)
         header = _HEADERS[key] = b"\x0a" + _varint(len(entry) + size) + entry
     return header
+
+
+def smallest_record_bytes(spec: Mapping[str, FeatureSpec]) -> int:
+    """Bytes of the smallest framed TFRecord of an Example with `spec`'s features: every int64
+    value 0 (one byte each), float32 values four bytes each. Computed, not encoded: no
+    allocation grows with the lengths."""
+    body = 0
+    for name, item in spec.items():
+        payload = item.length * (4 if item.dtype == "float32" else 1)
+        body += len(_header(name, item.dtype, payload)) + payload
+    return HEADER_BYTES + 1 + len(_varint(body)) + body + FOOTER_BYTES
 
 
 def encode_examples(columns: Mapping[str, np.ndarray]) -> list[bytes]:

@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 from absl import logging
 
-from benchmark.errors import UserError
+from benchmark.errors import UserError, printable
 from benchmark.files import file_kind
 
 # Activation names the model implements (the MLCommons reference's `get_activation` set).
@@ -95,7 +95,8 @@ def config_from_dict(values: Mapping[str, Any], source: str = "<dict>") -> BertC
         raise ConfigError(f"{source}: missing key(s) {', '.join(missing)}")
     unknown = sorted(set(values) - set(_field_names()))
     if unknown:
-        logging.warning("%s: ignoring unknown key(s) %s", source, ", ".join(unknown))
+        logging.warning("%s: ignoring unknown key(s) %s", printable(source),
+                        printable(", ".join(map(str, unknown))))
 
     for key in _INT_KEYS:
         value = values[key]
@@ -141,7 +142,8 @@ def load_bert_config(path: str | os.PathLike) -> BertConfig:
       The BertConfig.
 
     Raises:
-      ConfigError: the file cannot be read, is not JSON, or fails validation.
+      ConfigError: the file cannot be read, is not JSON (or nests too deep to read), or
+        fails validation.
     """
     path = os.fspath(path)
     if "://" in path:
@@ -170,6 +172,9 @@ def load_bert_config(path: str | os.PathLike) -> BertConfig:
         values = json.loads(text)
     except json.JSONDecodeError as err:
         raise ConfigError(f"{path}: not valid JSON (line {err.lineno}: {err.msg})") from err
+    except RecursionError as err:
+        raise ConfigError(f"{path}: lists or objects nested too deep to read, not a BERT "
+                          "config") from err
     config = config_from_dict(values, source=path)
     logging.info("BERT config %s: %d layers, hidden %d, %d heads, vocab %d", path,
                  config.num_hidden_layers, config.hidden_size, config.num_attention_heads,

@@ -49,6 +49,8 @@ def tf_config() -> dict:
         value = json.loads(text)
     except json.JSONDecodeError as err:
         raise StrategyError(f"TF_CONFIG is not valid JSON ({err.msg})") from err
+    except RecursionError as err:
+        raise StrategyError("TF_CONFIG nests lists or objects too deep to read") from err
     if not isinstance(value, dict):
         raise StrategyError("TF_CONFIG must be a JSON object with 'cluster' and 'task'")
     return value

@@ -56,7 +56,8 @@ from cleanup_scripts.fileio import printable
 from cleanup_scripts.pretraining_features import (DecodeError, FramingError, RecordLayout,
                                                   decode_example, feature_problem,
                                                   framed_records, packed_row_problem,
-                                                  record_layout, spec_problem, tf_feature_spec)
+                                                  record_layout, spec_problem, tf_feature_spec,
+                                                  tf_parse_errors)
 
 EXAMPLE_WEIGHT = "example_weight"
 SHUFFLE_BUFFER = 1000  # records, as the MLCommons reference
@@ -64,6 +65,10 @@ CYCLE_LENGTH = 4  # files read at once
 PARSE_CHUNK = 1024  # records parsed per TensorFlow call while checking
 CHECK_THREADS = 16  # files whose first record is checked at once (remote files: latency)
 SEQUENCES_SAMPLE_ROWS = 20_000  # packed rows read to find the mean sequences per row
+# What parsing a record that does not parse raises (a record of random bytes: UnicodeDecodeError),
+# and what reading the data during a run raises for a damaged record (locate_bad_record's cue).
+PARSE_ERRORS = tf_parse_errors()
+DATA_ERRORS = (tf.errors.DataLossError, *PARSE_ERRORS)
 
 def expand_patterns(patterns: str, flag: str = "--input_file") -> list[str]:
     """The files matching comma-separated glob patterns, each pattern's matches sorted.
@@ -275,9 +280,9 @@ def _first_unparsable(path: str, first_index: int, records: list[bytes],
     for offset, data in enumerate(records):
         try:
             tf.io.parse_example(tf.constant([data]), spec)
-        except tf.errors.InvalidArgumentError as err:
+        except PARSE_ERRORS as err:
             return BadRecord(path, first_index + offset, _record_problem(data, layout)
-                             or f"does not parse ({one_line(err)})")
+                             or f"does not parse ({printable(one_line(err))})")
     return None
 
 
@@ -311,7 +316,7 @@ def _bad_in_chunk(path: str, first_index: int, records: list[bytes], layout: Rec
     try:
         columns = tf.io.parse_example(tf.constant(records), spec)
         bad = None
-    except tf.errors.InvalidArgumentError:
+    except PARSE_ERRORS:
         bad = _first_unparsable(path, first_index, records, layout)
         records = records[:bad.index - first_index] if bad else []  # those before it parse
         columns = tf.io.parse_example(tf.constant(records), spec) if records else None
@@ -499,7 +504,7 @@ def count_packed(files: list[str], layout: RecordLayout, limit: int | None = Non
                 try:
                     counts = tf.io.parse_example(tf.constant(chunk), spec)[
                         "next_sentence_weights"].numpy().sum(axis=1).astype(np.int64)
-                except tf.errors.InvalidArgumentError as err:
+                except PARSE_ERRORS as err:
                     bad = _first_unparsable(path, rows - first_row, chunk, layout)
                     raise InputError(f"{flag}: {bad or path}") from err
                 totals = sequences + np.cumsum(counts)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from absl import logging
 
 from benchmark import constants
+from benchmark.capacity import host_memory_bytes
 from reference.error_text import writing
 from reference.run_flags import UsageError, require
 from reference.run_options import RunOptions
@@ -159,21 +160,6 @@ def _check_init_checkpoint(o: RunOptions) -> None:
             raise
 
 
-def host_memory_bytes() -> int:
-    """This machine's memory in bytes: its physical memory, or the cgroup's limit if lower (a
-    container's)."""
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            with open(path, encoding="ascii") as handle:
-                text = handle.read(64).strip()
-        except (OSError, ValueError):
-            continue
-        if text.isdigit():
-            total = min(total, int(text))
-    return total
-
-
 def runs_on_cpu(o: RunOptions) -> bool:
     """Whether the model runs on this machine's CPU (no TPU, no GPU that TensorFlow sees), so
     that its activations and weights take this machine's memory too."""
@@ -218,7 +204,9 @@ def check_memory(o: RunOptions, config, available: int, on_cpu: bool) -> None:
     autodiff must keep (`_activations_per_record`) and the weights (with their gradients and
     two optimizer slots when training). The message says how many records would fit. An
     absurd batch (or a huge config) fails here, in one line, rather than after run_start as a
-    TensorFlow shape or allocation error (which would take the machine's memory first).
+    TensorFlow shape or allocation error (which would take the machine's memory first). With
+    --steps_per_update, an update's micro-batches are held parsed at once (one element of the
+    training stream): their records must fit too (checked once a micro-step is known to fit).
     """
     seq = o.data.max_seq_length
     record = (3 * seq + 3 * o.data.max_predictions_per_seq + 1) * VALUE_BYTES
@@ -244,6 +232,13 @@ def check_memory(o: RunOptions, config, available: int, on_cpu: bool) -> None:
                          f"tokens needs at least {need / 1e9:.1f} GB of memory ({held}), more "
                          f"than the {available / 1e9:.1f} GB this machine has; at most "
                          f"{(available - fixed) // per_record:,} records fit")
+    updates = o.data.steps_per_update
+    update_bytes = updates * o.data.train_batch_size * record
+    if o.do_train and update_bytes > available:
+        raise UsageError(f"--steps_per_update={updates}: an update's {updates:,} micro-batches "
+                         f"of {o.data.train_batch_size:,} records, which the input pipeline "
+                         f"holds parsed, need at least {update_bytes / 1e9:.1f} GB of memory, "
+                         f"more than the {available / 1e9:.1f} GB this machine has")
 
 
 def _check_eval_files(o: RunOptions, files: list[str], id_ranges: IdRanges) -> EvalRecords:

@@ -100,7 +100,7 @@ def peek_progress(path: str) -> Progress:
             settings = json.loads(settings)
             if not isinstance(settings, dict):
                 raise ValueError(f"a JSON {type(settings).__name__}, not an object")
-        except ValueError as err:
+        except (ValueError, RecursionError) as err:  # RecursionError: nested too deep
             raise UsageError(f"--output_dir: {path}: its run settings do not read back "
                              f"({one_line(err)}); use a new --output_dir") from err
     return Progress(int(tensor("global_step") or 0), int(tensor("trained_samples") or 0),

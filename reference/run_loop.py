@@ -103,11 +103,12 @@ class _Phase:
 def _setup_failures(phase: _Phase):
     """A TensorFlow error or MemoryError raised while `phase` is setting up becomes SetupError
     (one line, the error as its cause); later ones keep their traceback (a bug, or damaged data
-    that run_pretraining locates)."""
+    that run_pretraining locates). A UnicodeDecodeError counts as TensorFlow's: it stands for a
+    parse error whose message quotes a record's bytes that are not UTF-8."""
     import tensorflow as tf
     try:
         yield
-    except (tf.errors.OpError, MemoryError) as err:
+    except (tf.errors.OpError, UnicodeDecodeError, MemoryError) as err:
         if not phase.setting_up:
             raise
         raise SetupError(f"setting up the run failed: {tensorflow_failure(err)}") from err

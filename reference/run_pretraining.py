@@ -53,7 +53,8 @@ def main(argv: list[str]) -> None:
     benchmark.errors.UserError), ends the process with one line "error: <what>: <problem>" on
     stderr and exit status 1; an InternalError with "error: internal error: <what>". A damaged
     record or an id out of range met during the run (TensorFlow's DataLossError or
-    InvalidArgumentError) is located by a scan of the data and reported the same way; any
+    InvalidArgumentError, or the UnicodeDecodeError that stands for it when the record is
+    random bytes) is located by a scan of the data and reported the same way; any
     TensorFlow error while the run is set up (the model built, the first compiled training
     call: e.g. a batch too large for the machine) is one line "error: setting up the run
     failed: ..." too; any other failure keeps its traceback.
@@ -100,6 +101,7 @@ def _run() -> None:
     "error: ..." (see `main`)."""
     import tensorflow as tf
     tf.get_logger().setLevel("WARNING")  # its INFO lines (checkpoint sharding times) are noise
+    from reference.input_pipeline import DATA_ERRORS
     from reference.placement import strategy_for
     from reference.preflight import preflight
     from reference.run_loop import InternalError, Interrupted, evaluate_only, train
@@ -118,8 +120,7 @@ def _run() -> None:
         print(f"interrupted at step {err.step}; run the same command to resume {resume}",
               file=sys.stderr)
         raise SystemExit(EXIT_INTERRUPTED) from None
-    except (UserError, InternalError, tf.errors.DataLossError,
-            tf.errors.InvalidArgumentError) as err:
+    except (UserError, InternalError, *DATA_ERRORS) as err:
         failure = _failure(err, options, inputs)
         if not failure:
             raise
@@ -141,18 +142,17 @@ def _failure(err: Exception, options, inputs) -> str | None:
 
     Damaged data fails the first compiled call too (a SetupError caused by it): the bad record
     is located by a scan of the files."""
-    import tensorflow as tf
     from reference.checkpoint import CheckpointError
     from reference.error_text import SetupError
+    from reference.input_pipeline import DATA_ERRORS
     from reference.preflight import locate_bad_record
     from reference.run_loop import InternalError
-    data_errors = (tf.errors.DataLossError, tf.errors.InvalidArgumentError)
     if isinstance(err, InternalError):
         return f"internal error: {err}"
-    if isinstance(err, data_errors):
+    if isinstance(err, DATA_ERRORS):
         return inputs and locate_bad_record(options, inputs)
     failure = str(err)
-    if isinstance(err, SetupError) and inputs and isinstance(err.__cause__, data_errors):
+    if isinstance(err, SetupError) and inputs and isinstance(err.__cause__, DATA_ERRORS):
         return locate_bad_record(options, inputs) or failure
     if isinstance(err, CheckpointError) and inputs:
         # Raised while restoring weights into the model that the config describes.

@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from benchmark.capacity import free_disk_bytes, gigabytes, host_memory_bytes
 from cleanup_scripts import VOCAB_FILE
-from cleanup_scripts.create_pretraining_data import write_pretraining_data
+from cleanup_scripts.create_pretraining_data import INSTANCE_BYTES, write_pretraining_data
+from cleanup_scripts.fileio import InputError
 from cleanup_scripts.pretraining_features import (PretrainingEncoder, encode_examples,
-                                                  feature_spec, frame_record, read_records)
+                                                  feature_spec, frame_record, read_records,
+                                                  smallest_record_bytes)
 from tests.conftest import run_module
 from tests.pretraining_cases import (FIXTURES, case_flags, flag_args, load_cases, mlperf_digests,
                                      write_vocab)
@@ -220,6 +224,7 @@ def test_unwritable_output(tmp_path):
     ("--max_seq_length=4", "must be at least 5"),
     ("--max_seq_length=4097", "at most 4096"),
     ("--max_predictions_per_seq=0", "must be at least 1"),
+    ("--max_predictions_per_seq=5000", "at most 4096"),  # its tables grow with its square
     ("--dupe_factor=0", "must be at least 1"),
     ("--masked_lm_prob=1.5", "between 0 and 1"),
 ])
@@ -229,6 +234,58 @@ def test_bad_flag_values(tmp_path, flag, message):
                          f"--output_file={output}", flag)
     assert_one_line_error(result, flag.split("=")[0], message)
     assert not output.exists()
+
+
+@pytest.mark.timeout(60)  # before the bound: instances made without end
+def test_dupe_factor_no_machine_holds_is_one_line_at_once(tmp_path):
+    output = tmp_path / "out.tfrecord"
+    started = time.monotonic()
+    result = run_failing(tmp_path, f"--input_file={FIXTURES / 'one-doc.txt'}",
+                         f"--output_file={output}", "--dupe_factor=10000000000000")
+    assert time.monotonic() - started < 10  # the interpreter's start included
+    assert "Traceback" not in result.stderr
+    assert_one_line_error(result, "--dupe_factor=10000000000000: 10,000,000,000,000 instances "
+                          "(at least one per duplicate of a document) need at least "
+                          "900,000.0 GB of memory, more than the ", "this machine has")
+    assert not output.exists() and not leftovers(tmp_path)
+
+
+def refused_at_once(*args, **kwargs) -> str:
+    """The InputError message of write_pretraining_data(*args, **kwargs), which must come
+    within 5 s (the vocabulary and the input read, no instance made)."""
+    started = time.monotonic()
+    with pytest.raises(InputError) as err:
+        write_pretraining_data(*args, **kwargs)
+    assert time.monotonic() - started < 5
+    return str(err.value)
+
+
+@pytest.mark.timeout(60)
+def test_dupe_factor_beyond_memory_for_the_input_is_refused_before_any_instance(tmp_path):
+    # Half the machine's memory for one document's instances: the input's 39 make 19.5 times it.
+    dupe = host_memory_bytes() // INSTANCE_BYTES // 2
+    output = tmp_path / "out.tfrecord"
+    message = refused_at_once([str(FIXTURES / "wiki-slice.txt")], [str(output)],
+                              dupe_factor=dupe)
+    assert message.startswith(f"--dupe_factor={dupe}: {39 * dupe:,} instances (at least one per "
+                              "duplicate of each of 39 documents) need at least ")
+    assert message.endswith(" this machine has")
+    assert not output.exists() and not leftovers(tmp_path)
+
+
+@pytest.mark.timeout(60)
+def test_dupe_factor_beyond_the_output_disk_is_refused_before_any_instance(tmp_path):
+    dupe = host_memory_bytes() // INSTANCE_BYTES // 2  # fits in memory
+    record = smallest_record_bytes(feature_spec(4096, 4096))
+    if dupe * record <= free_disk_bytes(tmp_path):
+        pytest.skip(f"{tmp_path}'s disk holds {dupe:,} records of {record:,} bytes")
+    output = tmp_path / "out.tfrecord"
+    message = refused_at_once([str(FIXTURES / "one-doc.txt")], [str(output)], dupe_factor=dupe,
+                              max_seq_length=4096, max_predictions_per_seq=4096)
+    assert message.startswith(f"--dupe_factor={dupe}: {dupe:,} records of at least {record:,} "
+                              f"bytes take at least {gigabytes(dupe * record)}, more than the ")
+    assert message.endswith(f" free on the disk of {tmp_path}")
+    assert not output.exists() and not leftovers(tmp_path)
 
 
 def test_output_listed_twice(tmp_path):

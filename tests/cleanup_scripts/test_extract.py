@@ -5,6 +5,7 @@ import hashlib
 import io
 import multiprocessing
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -133,6 +134,15 @@ def test_sample_dump_current_year_is_the_dump_year(sample_text):
 def extracted_text(dump, out, **kwargs):
     extract.extract_dump(dump, out, processes=2, **kwargs)
     return (out / "AA" / "wiki_00").read_text(encoding="utf-8")
+
+
+def test_paths_beginning_with_a_dash_are_paths(tmp_path, monkeypatch):
+    # They reached WikiExtractor's command line as they were: `-rf/.text.partial-PID` was an
+    # option to its argparse, which printed its usage (71 lines) and exited.
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(MAGIC_WORDS_DUMP, "-magic.xml.bz2")
+    extract.extract_dump(Path("-magic.xml.bz2"), Path("-rf/text"), processes=1)
+    assert tree_md5s(tmp_path / "-rf" / "text") == reference_md5s("magic-words")
 
 
 def test_magic_words_expand_to_the_fixed_date(tmp_path):

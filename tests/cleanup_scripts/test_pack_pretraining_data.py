@@ -21,6 +21,7 @@ from cleanup_scripts.pretraining_features import (decode_example, encode_example
                                                   feature_spec, packed_row_problem,
                                                   read_records, record_layout, write_records)
 from tests.conftest import md5_of, run_module
+from tests.reference.synthetic_data import put_random_record
 
 SEQ, PRED = 128, 20
 
@@ -200,6 +201,15 @@ def _columns(count=4):
     (lambda c: c["masked_lm_positions"].__setitem__((1, 0), 50),
      "record 1: a masked position lies outside the sequence"),
     (lambda c: c["input_ids"].__setitem__((3, 0), -4), "record 3: input_ids holds a negative"),
+    # Values the packer used to pass on into its rows without a word:
+    (lambda c: c["masked_lm_weights"].__setitem__((1, 0), np.nan),
+     "record 1: masked_lm_weights holds nan, not 0 or 1"),
+    (lambda c: c["next_sentence_labels"].__setitem__((2, 0), 7),
+     "record 2: next_sentence_labels holds 7, not 0 or 1"),
+    (lambda c: c["segment_ids"].__setitem__(3, 1), "record 3: segment_ids are not 0s then 1s "
+     r"within the sequence \(not a create_pretraining_data record\)"),
+    (lambda c: c["segment_ids"].__setitem__((0, slice(2, 4)), (1, 0)),
+     "record 0: segment_ids are not 0s then 1s"),
 ])
 def test_bad_records_are_one_line_and_leave_no_output(tmp_path, damage, problem):
     columns = _columns()
@@ -398,6 +408,18 @@ def test_packer_bounds_are_one_line_and_write_nothing(tmp_path, args, message):
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [message]
     assert _tree(tmp_path) == before and list((tmp_path / "folder").iterdir()) == []
+
+
+def test_a_record_of_random_bytes_is_one_line_naming_it(tmp_path):
+    # TensorFlow's parse error quotes the bytes, which are no UTF-8: it was a UnicodeDecodeError
+    # traceback. The record is framed by TensorFlow's own writer: its CRCs are valid.
+    source = tmp_path / "mixed"
+    _write(source, _columns(6))
+    put_random_record(source, 4)
+    with pytest.raises(InputError) as err:
+        pack_files([str(source)], [str(tmp_path / "out")], PackOptions(SEQ, PRED), nworker=1)
+    assert str(err.value) == f"{source}: record 4: not a tf.train.Example (unsupported wire type 7)"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["mixed"]
 
 
 def test_a_record_that_is_no_example_is_one_line_naming_it(tmp_path):

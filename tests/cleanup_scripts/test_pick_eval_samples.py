@@ -7,16 +7,18 @@ the reference's own create_pretraining_data output for the wiki slice.
 from __future__ import annotations
 
 import struct
+import time
 
 import numpy as np
 import pytest
 
+from benchmark.capacity import gigabytes
 from cleanup_scripts.fileio import InputError
-from cleanup_scripts.pick_eval_samples import pick_examples, pick_indices
+from cleanup_scripts.pick_eval_samples import BATCH, pick_examples, pick_indices
 from cleanup_scripts.pretraining_features import (DecodeError, count_records, decode_example,
                                                   encode_examples, feature_spec, frame_record,
                                                   parse_pretraining_example, read_records,
-                                                  unpack_varints)
+                                                  smallest_record_bytes, unpack_varints)
 from tests.conftest import run_module
 from tests.pretraining_cases import (FIXTURES, case_flags, flag_args, load_cases,
                                      synthetic_records, write_synthetic_tfrecord)
@@ -73,6 +75,49 @@ def test_fewer_records_than_asked_repeats_them(tmp_path, caplog):
     assert "fewer than the 7 asked for" in caplog.text
     records = synthetic_records(3, 8, 2)
     assert list(read_records(output)) == [records[i] for i in (0, 0, 0, 1, 1, 2, 2)]
+
+
+def test_repeats_of_a_record_are_written_a_batch_at_a_time(tmp_path):
+    # Every pick of one record was held before the batch was written: 10^12 picks from a
+    # 6-record file grew past 2.8 GB, 10^11 ended in a numpy traceback.
+    source = tmp_path / "in.tfrecord"
+    write_synthetic_tfrecord(source, 1, 8, 2)
+    output = tmp_path / "out.tfrecord"
+    batches: list[int] = []
+    count = 3 * BATCH + 5
+    assert pick_examples(str(source), str(output), count, 8, 2, progress=batches.append) == count
+    assert batches == [BATCH, BATCH, BATCH, 5]
+    assert list(read_records(output)) == synthetic_records(1, 8, 2) * count
+
+
+@pytest.mark.timeout(30)  # before the bound: records written until the disk was full
+def test_more_records_than_the_disk_holds_is_one_line_before_reading(tmp_path):
+    source = tmp_path / "in.tfrecord"
+    write_synthetic_tfrecord(source, 6, 8, 2)
+    output = tmp_path / "out.tfrecord"
+    started = time.monotonic()
+    result = run_module(MODULE, f"--input_tfrecord={source}", f"--output_tfrecord={output}",
+                        "--num_examples_to_pick=1000000000000000", "--max_seq_length=8",
+                        "--max_predictions_per_seq=2", check=False)
+    assert time.monotonic() - started < 10  # the interpreter's start included
+    record = smallest_record_bytes(feature_spec(8, 2))
+    [line] = result.stderr.strip().splitlines()
+    assert result.returncode == 1
+    assert line.startswith(f"error: --num_examples_to_pick=1000000000000000: "
+                           f"1,000,000,000,000,000 records of at least {record} bytes take at "
+                           f"least {gigabytes(10 ** 15 * record)}, more than the ")
+    assert line.endswith(f" free on the disk of {tmp_path}")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["in.tfrecord"]
+
+
+@pytest.mark.parametrize("seq, pred", [(8, 2), (128, 20), (512, 76), (16, 20)])
+def test_smallest_record_bytes_are_those_of_an_all_zero_record(seq, pred):
+    spec = feature_spec(seq, pred)
+    zeros = {name: np.zeros((1, item.length), np.float32 if item.dtype == "float32"
+                            else np.int64) for name, item in spec.items()}
+    assert smallest_record_bytes(spec) == len(frame_record(encode_examples(zeros)[0]))
+    real = [len(frame_record(record)) for record in synthetic_records(20, seq, pred)]
+    assert smallest_record_bytes(spec) <= min(real)
 
 
 def test_picked_records_are_canonical(tmp_path):

@@ -412,7 +412,7 @@ def test_an_output_dir_that_is_itself_a_link_is_used(first_run, tmp_path):
     ("--dupe_factor=-2", "must be at least 1"),
     ("--num_eval_examples=0", "must be at least 1"),
     ("--num_test_articles=-1", "must be at least 1"),
-    ("--max_predictions_per_seq=0", "must be at least 1"),
+    ("--max_predictions_per_seq=0", "must be at least 1 and at most 4096"),
     ("--max_seq_length=4", "must be at least 5 and at most 4096"),
     ("--seed=-1", "must be at least 0"),
     ("--random_seed=-1", "must be at least 0"),
@@ -431,6 +431,24 @@ def test_out_of_range_flag_is_refused_before_the_first_stage(tmp_path, flag, pro
     assert result.returncode != 0
     [line] = result.stderr.strip().splitlines()
     assert line.startswith(f"error: {flag.split('=')[0]}=") and line.endswith(problem)
+    assert not output.exists()
+
+
+@pytest.mark.parametrize("flag, problem", [
+    ("--dupe_factor=10000000000000", "10,000,000,000,000 instances (at least one per "
+     "duplicate of a document) need at least 900,000.0 GB of memory, more than the "),
+    ("--num_eval_examples=1000000000000000", "1,000,000,000,000,000 records of at least 2,197 "
+     "bytes take at least 2,197,000,000.0 GB, more than the "),
+])
+def test_flag_beyond_what_the_machine_holds_is_refused_before_the_first_stage(tmp_path, flag,
+                                                                             problem):
+    # Was: --dupe_factor=10^9 grew ~6.5 MB/s with no output; --num_eval_examples=10^11 ended
+    # in a numpy traceback after 4.5 GB, both once the stages before had run.
+    output = tmp_path / "dataset"
+    result = preprocess_bounded(output, flag)
+    assert result.returncode == 1
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: {flag}: {problem}")
     assert not output.exists()
 
 

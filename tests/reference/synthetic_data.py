@@ -13,11 +13,13 @@ the same protos create_pretraining_data writes.
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import numpy as np
 
-from cleanup_scripts.pretraining_features import encode_examples, feature_spec, write_records
+from cleanup_scripts.pretraining_features import (encode_examples, feature_spec, read_records,
+                                                  write_records)
 
 SEQ_LENGTH = 16
 MAX_PREDICTIONS = 4
@@ -68,6 +70,23 @@ def write_tfrecord(path: Path, count: int, seed: int) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as handle:
         write_records(handle, encode_examples(make_columns(count, seed)))
+    return path
+
+
+# 256 random bytes: no tf.train.Example, and TensorFlow's parse error, which quotes them, is no
+# UTF-8 (its message then fails to decode: a UnicodeDecodeError instead of InvalidArgumentError).
+RANDOM_RECORD = random.Random(0).randbytes(256)
+
+
+def put_random_record(path: Path, index: int) -> Path:
+    """Rewrite the TFRecord file `path` with record `index` replaced by RANDOM_RECORD, every
+    record framed by TensorFlow's own TFRecordWriter (so every CRC is valid)."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    records = list(read_records(path))
+    records[index] = RANDOM_RECORD
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for record in records:
+            writer.write(record)
     return path
 
 

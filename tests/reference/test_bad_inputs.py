@@ -23,6 +23,8 @@ from cleanup_scripts.pretraining_features import encode_examples, write_records
 from cleanup_scripts.pretraining_features import RecordLayout
 from benchmark.errors import UserError
 from reference import input_pipeline
+from reference.bert_config import ConfigError, load_bert_config
+from reference.distribution import StrategyError, tf_config
 from reference.preflight import preflight
 from reference.run_flags import UsageError
 from reference.run_options import options_from_flags
@@ -32,6 +34,7 @@ from tests.reference.test_run_options import parse
 from tests.reference.test_run_pretraining import as_flags, read_mllog, run_trainer
 
 BAD_INDEX = 150  # the damaged record of a 256-record file: well past the first one
+RANDOM_PROBLEM = "not a tf.train.Example (unsupported wire type 7)"  # RANDOM_RECORD's
 SEQ, PRED = synthetic_data.SEQ_LENGTH, synthetic_data.MAX_PREDICTIONS
 LAYOUT = RecordLayout.unpacked(SEQ, PRED)
 
@@ -124,6 +127,15 @@ def test_records_of_other_shapes_name_the_feature(tmp_path, columns, problem):
     path = write_with_bad_record(tmp_path / "part-00000", 1500, 1200, seed=1, **columns)
     bad = input_pipeline.find_bad_record([str(path)], LAYOUT)
     assert bad == input_pipeline.BadRecord(str(path), 1200, problem)  # in the second chunk
+
+
+def test_a_record_of_random_bytes_is_named_by_file_and_record(tmp_path):
+    # TensorFlow's parse error quotes the bytes, which are no UTF-8: a UnicodeDecodeError
+    # traceback where the scan should name the record.
+    path = synthetic_data.put_random_record(
+        synthetic_data.write_tfrecord(tmp_path / "part-00000", 256, seed=1), BAD_INDEX)
+    bad = input_pipeline.find_bad_record([str(path)], LAYOUT)
+    assert bad == input_pipeline.BadRecord(str(path), BAD_INDEX, RANDOM_PROBLEM)
 
 
 def test_scan_follows_file_order_and_limit(tmp_path):
@@ -276,6 +288,21 @@ def test_memory_bound_stays_below_what_a_run_really_takes():
         check_memory(*demo_options("--train_batch_size=300000"), int(1.49e9), on_cpu=False)
 
 
+def test_an_update_whose_micro_batches_cannot_fit_is_refused():
+    # The training stream holds an update's micro-batches parsed in one element; the bound
+    # was per micro-step only, so --steps_per_update had none.
+    from reference.preflight import check_memory
+    steps = ("--num_train_steps=1000000", "--iterations_per_loop=100000",
+             "--save_checkpoints_steps=100000", "--num_warmup_steps=0")
+    check_memory(*demo_options("--steps_per_update=4", *steps), int(1.49e9), on_cpu=True)
+    with pytest.raises(UsageError) as err:
+        check_memory(*demo_options("--steps_per_update=100000", *steps), int(1.49e9),
+                     on_cpu=True)
+    assert str(err.value) == ("--steps_per_update=100000: an update's 100,000 micro-batches of "
+                              "32 records, which the input pipeline holds parsed, need at least "
+                              "22.6 GB of memory, more than the 1.5 GB this machine has")
+
+
 def assert_one_error_line(result, expected: str) -> None:
     """Exit status 1, no traceback, and stderr's only `error:` line, its last, is `expected`."""
     assert result.returncode == 1, result.stderr[-2000:]
@@ -375,12 +402,16 @@ def wrong_length(path: Path, index: int) -> None:
     write_with_bad_record(path, 256, index, seed=101, input_ids=ids(SEQ - 4))
 
 
-def test_damaged_training_record_is_located_mid_training(tmp_path):
-    data, bad = damaged_dataset(tmp_path / "data", flip_payload_byte, "part-00001-of-00002")
+@pytest.mark.parametrize("damage, problem", [
+    (flip_payload_byte, "CRC mismatch (data corrupted)"),
+    # The training stream raised UnicodeDecodeError (a traceback), not InvalidArgumentError.
+    pytest.param(synthetic_data.put_random_record, RANDOM_PROBLEM, marks=pytest.mark.slow),
+])
+def test_damaged_training_record_is_located_mid_training(tmp_path, damage, problem):
+    data, bad = damaged_dataset(tmp_path / "data", damage, "part-00001-of-00002")
     out = tmp_path / "out"
     result = run_trainer(*run_args(data, out), check=False)
-    assert_one_error_line(result, f"error: --input_file: {bad}: record {BAD_INDEX}: CRC "
-                                  "mismatch (data corrupted)")
+    assert_one_error_line(result, f"error: --input_file: {bad}: record {BAD_INDEX}: {problem}")
     records = read_mllog(out / "mlperf.log")
     keys = [r["key"] for r in records]
     assert "run_start" in keys  # training had started: the first records were fine
@@ -418,8 +449,9 @@ def test_damaged_eval_file_fails_before_training(tmp_path, damage, problem):
 @pytest.mark.parametrize("damage, problem", [
     (flip_length_byte, "length CRC mismatch (data corrupted)"),
     (truncate_in_record, "truncated at byte"),
+    (synthetic_data.put_random_record, RANDOM_PROBLEM),
 ])
-def test_eval_file_is_checked_in_full_by_the_flag_checks(tmp_path, damage, problem):
+def test_every_evaluated_eval_record_is_checked_by_the_flag_checks(tmp_path, damage, problem):
     data, bad = damaged_dataset(tmp_path / "data", damage, "eval_10k")
     with pytest.raises(input_pipeline.InputError) as err:
         preflight(options_from_flags(parse(*run_args(data, tmp_path / "out"))))
@@ -493,6 +525,21 @@ def test_config_that_does_not_fit_the_init_checkpoint_names_both_files(
     assert last.startswith(f"error: {checkpoint}: ") and tensor in last
     assert last.endswith(f"(model of --bert_config_file={config})")
     assert "run_start" not in (tmp_path / "out" / "mlperf.log").read_text()
+
+
+def test_json_nested_too_deep_is_one_line_naming_its_source(tmp_path, monkeypatch):
+    # json.loads raised RecursionError (a traceback) at 100,000 levels.
+    deep = "[" * 100_000 + "]" * 100_000
+    config = tmp_path / "bert_config.json"
+    config.write_text(deep)
+    with pytest.raises(ConfigError) as err:
+        load_bert_config(config)
+    assert str(err.value) == (f"{config}: lists or objects nested too deep to read, not a BERT "
+                              "config")
+    monkeypatch.setenv("TF_CONFIG", deep)
+    with pytest.raises(StrategyError, match="^TF_CONFIG nests lists or objects too deep to "
+                                            "read$"):
+        tf_config()
 
 
 @pytest.mark.slow

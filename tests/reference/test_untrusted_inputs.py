@@ -31,6 +31,7 @@ from reference import checkpoint as ckpt
 from cleanup_scripts.pretraining_features import RecordLayout
 from reference import input_pipeline
 from reference.preflight import CheckedInputs, preflight
+from reference.resume import peek_progress
 from reference.run_flags import UsageError, define_flags
 from reference.run_loop import train
 from reference.run_options import RunOptions, options_from_flags
@@ -223,6 +224,18 @@ def test_checkpoint_without_stored_settings_is_refused(data, stopped, tmp_path):
                               "that wrote it (an older version of this trainer did not), so "
                               "this run's flags cannot be checked against it; use a new "
                               "--output_dir")
+
+
+def test_run_settings_nested_too_deep_are_one_line(tmp_path):
+    # A crafted checkpoint's settings, 100,000 nested lists: json.loads raised RecursionError.
+    prefix = str(tmp_path / f"{CHECKPOINT_NAME}-4")
+    tf.train.Checkpoint(run_settings=tf.Variable("[" * 100_000 + "]" * 100_000),
+                        global_step=tf.Variable(4, dtype=tf.int64)).write(prefix)
+    with pytest.raises(UsageError) as err:
+        peek_progress(prefix)
+    assert str(err.value) == (f"--output_dir: {prefix}: its run settings do not read back "
+                              "(maximum recursion depth exceeded while decoding a JSON array "
+                              "from a unicode string); use a new --output_dir")
 
 
 def test_inconsistent_counters_end_with_an_internal_error_not_a_loop(data, stopped, tmp_path):
