@@ -161,7 +161,7 @@ bench-train:
 STEP_OUT ?= build/step
 EXPORT_ARGS ?=
 export-step:
-	$(PY) -m reference.export_step --output_dir=$(call q,$(STEP_OUT)) $(EXPORT_ARGS)
+	$(PY) -m devtools.export_step --output_dir=$(call q,$(STEP_OUT)) $(EXPORT_ARGS)
 
 # `@`: make does not echo the command, so `CHECK_ARGS="--format json"` prints only JSON.
 check:

@@ -1,4 +1,4 @@
-"""`python -m reference.export_step`: the trainer's update as one HLO module and its manifest."""
+"""`python -m devtools.export_step`: the trainer's update as one HLO module and its manifest."""
 from __future__ import annotations
 
 import json
@@ -6,17 +6,18 @@ import lzma
 
 import pytest
 
-from tests.conftest import run_module
-from tests.reference.conftest import FIXTURE_DIR
+from tests.conftest import REPO, run_module
+
+TINY_CONFIG = REPO / "tests" / "fixtures" / "reference_model" / "bert_config.json"
 
 
 @pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
-def test_export_writes_the_update_with_every_variable_it_moves(tmp_path, ref_results, packed):
+def test_export_writes_the_update_with_every_variable_it_moves(tmp_path, packed):
     from tensorflow.compiler.xla.service import hlo_pb2
 
     out = tmp_path / "step"
-    run_module("reference.export_step", f"--output_dir={out}",
-               f"--bert_config_file={FIXTURE_DIR / ref_results['bert_config']}",
+    run_module("devtools.export_step", f"--output_dir={out}",
+               f"--bert_config_file={TINY_CONFIG}",
                "--batch_size=6", "--max_seq_length=64", "--max_predictions_per_seq=10",
                f"--packed={str(packed).lower()}", "--mixed_precision=bf16")
     meta = json.loads((out / "step.json").read_text())

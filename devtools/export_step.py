@@ -1,7 +1,7 @@
 """`make export-step`: the trainer's update (`Trainer.update_step`) as one XLA HLO module, for
 timing on a machine that has an accelerator and XLA (jaxlib) but no TensorFlow.
 
-    python -m reference.export_step --output_dir=DIR [--bert_config_file=F]
+    python -m devtools.export_step --output_dir=DIR [--bert_config_file=F]
         [--batch_size=96 --packed] [--mixed_precision=bf16] [--steps_per_update=1]
 
 Writes DIR/step.hlo.pb.xz (the serialized HloModuleProto, op metadata dropped, xz) and
