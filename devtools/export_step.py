@@ -25,6 +25,7 @@ from absl import app, flags
 from benchmark.errors import UserError, exit_on_user_error
 from benchmark.files import atomic_output, ensure_dir
 from cleanup_scripts import BERT_CONFIG_FILE
+from devtools.time_step import BATCH_FILE, STEP_HLO, STEP_JSON
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_dir", None, "Folder for step.hlo.pb.xz and step.json.")
@@ -47,7 +48,6 @@ XLA_TYPES = {1: "pred", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "uint8
 XLA_TUPLE = 13
 RESULT_NAMES = ("losses[total_loss,masked_lm_loss,next_sentence_loss]", "gradient_norm",
                 "learning_rate", "update_applied")
-BATCH_FILE = "batch.npz"
 # The zip entries' time stamp: the same features give the same bytes.
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 
@@ -220,10 +220,10 @@ def export(output_dir: str) -> dict:
         "num_hlo_parameters": len(params), "num_hlo_outputs": len(outputs),
         "batch_file": BATCH_FILE}
     folder = ensure_dir(output_dir)
-    with atomic_output(folder / "step.hlo.pb.xz", "wb") as f:
+    with atomic_output(folder / STEP_HLO, "wb") as f:
         f.write(lzma.compress(module.SerializeToString(deterministic=True), preset=9))
     write_batch(folder / BATCH_FILE, features)
-    with atomic_output(folder / "step.json") as f:
+    with atomic_output(folder / STEP_JSON) as f:
         json.dump({**summary, "params": params, "outputs": outputs}, f, indent=0)
     return summary
 

@@ -42,6 +42,7 @@ from benchmark.errors import exit_on_user_error, printable
 from benchmark.files import InputError, open_regular, read_regular
 from devtools.step_profile import CONTAINERS, CompiledModule, format_profile, summarize
 
+# The files of an export folder (devtools.export_step writes them).
 STEP_JSON = "step.json"
 STEP_HLO = "step.hlo.pb.xz"
 BATCH_FILE = "batch.npz"
