@@ -59,7 +59,7 @@ PYTEST_ARGS  ?=
 # paths with spaces or shell characters reach the scripts whole: make preprocess DUMP="a b".
 q = '$(subst ','\'',$(1))'
 
-.PHONY: help install test test-all smoke preprocess download upload verify train check example-submission bench bench-data bench-train export-step clean-build
+.PHONY: help install test test-all smoke preprocess download upload verify train check example-submission bench bench-data bench-train export-step time-step clean-build
 
 # One line per target: what it does, then the variables it reads.
 help:
@@ -77,6 +77,7 @@ help:
 	@echo '  bench-data          time preprocessing against the reference  REFERENCE_DIR OUT BENCH_ARGS'
 	@echo '  bench-train         time training against the reference  REFERENCE_BERT BENCH_TRAIN_ARGS'
 	@echo '  export-step         the update as one XLA HLO module, for timing on a GPU  STEP_OUT EXPORT_ARGS'
+	@echo '  time-step           time (and profile) an exported update with jax, no TensorFlow  STEP_OUT TIME_ARGS'
 	@echo '  test                the tests but the slow ones  TEST_WORKERS PYTEST_ARGS'
 	@echo '  test-all            every test  TEST_WORKERS PYTEST_ARGS'
 	@echo '  clean-build         remove build/'
@@ -157,12 +158,17 @@ bench-data:
 bench-train:
 	$(PY) -m reference.bench --reference_dir=$(call q,$(REFERENCE_BERT)) $(BENCH_TRAIN_ARGS)
 
-# The trainer's update as one XLA HLO module, for ../shared/tools/gpu-step/run_step.py on a
-# machine with a GPU and jaxlib but no TensorFlow (BERT-large, 96 packed sequences, bf16).
+# The trainer's update as one XLA HLO module (BERT-large, 96 packed sequences, bf16), and its
+# timer: jaxlib's XLA on the device jax finds, where TensorFlow need not be installed (a GPU
+# machine without the venv: PY=python3). TIME_ARGS: --steps, --warmup, --peak_tflops, --profile.
 STEP_OUT ?= build/step
 EXPORT_ARGS ?=
+TIME_ARGS ?=
 export-step:
-	$(PY) -m reference.export_step --output_dir=$(call q,$(STEP_OUT)) $(EXPORT_ARGS)
+	$(PY) -m devtools.export_step --output_dir=$(call q,$(STEP_OUT)) $(EXPORT_ARGS)
+
+time-step:
+	$(PY) -m devtools.time_step $(call q,$(STEP_OUT)) $(TIME_ARGS)
 
 # `@`: make does not echo the command, so `CHECK_ARGS="--format json"` prints only JSON.
 check:

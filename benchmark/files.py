@@ -30,8 +30,6 @@ import time
 from pathlib import Path
 from typing import IO, Iterable, Iterator
 
-from tqdm import tqdm
-
 from benchmark.errors import UserError, printable
 
 CHUNK_SIZE = 1 << 20
@@ -140,6 +138,8 @@ def md5_file(path: str | os.PathLike, progress: bool | None = None) -> str:
     `progress`: True/False forces a byte progress bar on/off; None shows one on a terminal
     for big files. Raises OSError if the file cannot be read.
     """
+    from tqdm import tqdm  # here, so that the module needs only the standard library
+
     digest = hashlib.md5()
     buffer = bytearray(CHUNK_SIZE)
     view = memoryview(buffer)

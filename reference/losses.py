@@ -36,7 +36,7 @@ import numpy as np
 import tensorflow as tf
 
 from reference.bert_config import MASKED_LM_BLOCK_ROWS
-from reference.model import head_logits
+from reference.model import head_logits, in_forward_scope
 
 # The MLCommons reference adds this to the masked-LM weight sum of the *training* loss's
 # denominator.
@@ -139,16 +139,19 @@ def masked_lm_loss(hidden: tf.Tensor, table: tf.Tensor, bias: tf.Tensor, label_i
 
     def block(rows):
         hidden_rows, ids_rows, d_ce_rows = rows
-        log_probs = tf.nn.log_softmax(_float32_logits(hidden_rows, table, bias), axis=-1)
+        with tf.name_scope("logits"):
+            logits = _float32_logits(hidden_rows, table, bias)
+        log_probs = tf.nn.log_softmax(logits, axis=-1)
         ce = _label_cross_entropy(log_probs, ids_rows)
         d_logits = tf.exp(log_probs) * d_ce_rows[:, tf.newaxis]
         at_label = tf.stack([tf.range(tf.shape(ids_rows)[0]), ids_rows], axis=1)
         d_logits = tf.cast(tf.tensor_scatter_nd_add(d_logits, at_label, -d_ce_rows),
                            hidden.dtype)
-        d_hidden = tf.matmul(d_logits, table)
-        # Summed over blocks in float32 (a bfloat16 running sum would round at every block).
-        d_table = tf.cast(tf.matmul(d_logits, hidden_rows, transpose_a=True), tf.float32)
-        d_bias = tf.cast(tf.raw_ops.BiasAddGrad(out_backprop=d_logits), tf.float32)
+        with tf.name_scope("logits_gradient"):
+            d_hidden = tf.matmul(d_logits, table)
+            # Summed over blocks in float32 (a bfloat16 sum would round at every block).
+            d_table = tf.cast(tf.matmul(d_logits, hidden_rows, transpose_a=True), tf.float32)
+            d_bias = tf.cast(tf.raw_ops.BiasAddGrad(out_backprop=d_logits), tf.float32)
         return [ce, d_hidden], [d_table, d_bias]
 
     @tf.custom_gradient
@@ -163,7 +166,7 @@ def masked_lm_loss(hidden: tf.Tensor, table: tf.Tensor, bias: tf.Tensor, label_i
             return (d_hidden * tf.cast(factor, hidden.dtype),
                     tf.cast(d_table * factor, table.dtype), tf.cast(d_bias * factor, bias.dtype))
 
-        return loss, grad
+        return loss, in_forward_scope(grad)
 
     return loss_of(hidden, table, bias)
 
@@ -229,26 +232,31 @@ def pretraining_losses(outputs: Mapping[str, tf.Tensor], features: Mapping[str, 
 
     Returns:
       {"total_loss", "masked_lm_loss", "next_sentence_loss"}: float32 scalars; the optimizer
-      minimises total_loss.
+      minimises total_loss. Their ops are named `masked_lm_loss/...` (the logits' products
+      `.../logits/` and `.../logits_gradient/`) and `next_sentence_loss/...`.
     """
     if "next_sentence_weights" not in features:
-        mlm = masked_lm_loss(*_head(outputs), features["masked_lm_ids"],
-                             features["masked_lm_weights"], gradient_scale, block_rows)
-        nsp = next_sentence_loss(outputs["next_sentence_logits"],
-                                 features["next_sentence_labels"])
+        with tf.name_scope("masked_lm_loss"):
+            mlm = masked_lm_loss(*_head(outputs), features["masked_lm_ids"],
+                                 features["masked_lm_weights"], gradient_scale, block_rows)
+        with tf.name_scope("next_sentence_loss"):
+            nsp = next_sentence_loss(outputs["next_sentence_logits"],
+                                     features["next_sentence_labels"])
         return {"total_loss": mlm + nsp, "masked_lm_loss": mlm, "next_sentence_loss": nsp}
     if totals is None:  # one batch is the whole update
         totals = tf.stack([tf.reduce_sum(tf.cast(features["masked_lm_weights"], tf.float32)),
                            tf.reduce_sum(tf.cast(features["next_sentence_weights"],
                                                  tf.float32))])
     share = float(share)
-    mlm = masked_lm_loss(*_head(outputs), features["masked_lm_ids"],
-                         features["masked_lm_weights"], gradient_scale, block_rows,
-                         denominator=(totals[0] + MASKED_LM_DENOMINATOR_EPSILON) / share)
-    nsp_ce = next_sentence_example_loss(outputs["next_sentence_logits"],
-                                        features["next_sentence_labels"])
-    nsp = tf.reduce_sum(nsp_ce * _flat(features["next_sentence_weights"], tf.float32)) * (
-        share / tf.maximum(totals[1], 1.0))
+    with tf.name_scope("masked_lm_loss"):
+        mlm = masked_lm_loss(*_head(outputs), features["masked_lm_ids"],
+                             features["masked_lm_weights"], gradient_scale, block_rows,
+                             denominator=(totals[0] + MASKED_LM_DENOMINATOR_EPSILON) / share)
+    with tf.name_scope("next_sentence_loss"):
+        nsp_ce = next_sentence_example_loss(outputs["next_sentence_logits"],
+                                            features["next_sentence_labels"])
+        nsp = tf.reduce_sum(nsp_ce * _flat(features["next_sentence_weights"], tf.float32)) * (
+            share / tf.maximum(totals[1], 1.0))
     return {"total_loss": mlm + nsp, "masked_lm_loss": mlm, "next_sentence_loss": nsp}
 
 

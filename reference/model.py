@@ -29,7 +29,11 @@ are our own because the library's scale the query before the product and mask wi
 
 Variables carry the MLCommons reference's structure in their names (e.g.
 `bert_pretraining/bert/encoder/layer_0/attention/self/query/kernel`); `reference.checkpoint`
-maps TF1 and TF2 checkpoint names onto them.
+maps TF1 and TF2 checkpoint names onto them. Operations are named by the part of the model they
+belong to, backward ops too (`in_forward_scope`): inside `layer_N`, `heads_first`,
+`qk_product`, `mask_softmax`, `attention/self/dropout` and `pv_product`; `attention_mask` and
+`cls_rows` in `bert`. A profile of a compiled step maps its kernels to model parts by these
+names.
 """
 from __future__ import annotations
 
@@ -48,6 +52,21 @@ MASKED_SCORE_ADDER = -10000.0
 
 FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions",
                  "masked_lm_ids", "masked_lm_weights", "next_sentence_labels")
+
+
+def in_forward_scope(grad_fn: Callable) -> Callable:
+    """`grad_fn`, the backward function of a `tf.custom_gradient`, made to run in the name scope
+    current when this is called (the forward pass's), so that its ops are named after the part
+    of the model they belong to rather than the top of the graph. Values are unchanged."""
+    scope = tf.get_current_name_scope()
+
+    def grad(*upstream):
+        if not scope:
+            return grad_fn(*upstream)
+        with tf.name_scope(scope + "/"):  # a trailing "/" re-enters the scope as it is
+            return grad_fn(*upstream)
+
+    return grad
 
 
 def _gelu_terms(x: tf.Tensor) -> tf.Tensor:
@@ -84,7 +103,7 @@ def gelu(x: tf.Tensor):
     Returns:
       x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))), same shape and dtype.
     """
-    return _fused_gelu(x), lambda upstream: _fused_gelu_gradient(x, upstream)
+    return _fused_gelu(x), in_forward_scope(lambda upstream: _fused_gelu_gradient(x, upstream))
 
 
 def get_activation(name: str) -> Callable[[tf.Tensor], tf.Tensor] | None:
@@ -175,7 +194,7 @@ class BertEmbeddings(tf_keras.layers.Layer):
             max_length=config.max_position_embeddings, initializer=_initializer(config),
             name="position_embeddings")
         self.layer_norm = _layer_norm("LayerNorm")
-        self.dropout = tf_keras.layers.Dropout(config.hidden_dropout_prob)
+        self.dropout = tf_keras.layers.Dropout(config.hidden_dropout_prob, name="dropout")
 
     def call(self, input_ids, segment_ids, training=None, position_ids=None):
         seq_length = input_ids.shape[1]
@@ -273,17 +292,20 @@ class TransformerLayer(tf_keras.layers.Layer):
         self.query = HeadsProjection(heads, size, _initializer(config), name="attention/self/query")
         self.key = HeadsProjection(heads, size, _initializer(config), name="attention/self/key")
         self.value = HeadsProjection(heads, size, _initializer(config), name="attention/self/value")
-        self.attention_probs_dropout = tf_keras.layers.Dropout(config.attention_probs_dropout_prob)
+        self.attention_probs_dropout = tf_keras.layers.Dropout(
+            config.attention_probs_dropout_prob, name="attention/self/dropout")
         self.attention_output = HeadsMerge(config.hidden_size, _initializer(config),
                                            name="attention/output/dense")
-        self.attention_dropout = tf_keras.layers.Dropout(config.hidden_dropout_prob)
+        self.attention_dropout = tf_keras.layers.Dropout(config.hidden_dropout_prob,
+                                                         name="attention/output/dropout")
         self.attention_layer_norm = _layer_norm("attention/output/LayerNorm")
         self.intermediate = SequenceDense(config.intermediate_size, _initializer(config),
                                           activation=get_activation(config.hidden_act),
                                           name="intermediate/dense")
         self.output_dense = SequenceDense(config.hidden_size, _initializer(config),
                                           name="output/dense")
-        self.output_dropout = tf_keras.layers.Dropout(config.hidden_dropout_prob)
+        self.output_dropout = tf_keras.layers.Dropout(config.hidden_dropout_prob,
+                                                      name="output/dropout")
         self.output_layer_norm = _layer_norm("output/LayerNorm")
 
     def call(self, inputs, score_adder, training=None):
@@ -291,17 +313,21 @@ class TransformerLayer(tf_keras.layers.Layer):
         key = self.key(inputs)  # [B, T, N, H]
         value = self.value(inputs)  # [B, T, N, H]
         # Heads first ([B, N, S, H]) for batched products over (batch, head), as the reference.
-        query, key, value = (tf.transpose(t, [0, 2, 1, 3]) for t in (query, key, value))
+        with tf.name_scope("heads_first"):
+            query, key, value = (tf.transpose(t, [0, 2, 1, 3]) for t in (query, key, value))
         # Mixed precision: the product in the compute dtype, its scale, mask and softmax
         # statistics in float32 (one fused pass under XLA), the probabilities back in the
         # compute dtype for dropout and the product with the values. Float32: the reference's
         # operations as they are.
-        scores = tf.cast(tf.matmul(query, key, transpose_b=True), tf.float32)  # [B, N, F, T]
-        scores = tf.multiply(scores, 1.0 / math.sqrt(float(self._head_size)))
-        scores += score_adder
-        probs = tf.cast(tf.nn.softmax(scores), query.dtype)
+        with tf.name_scope("qk_product"):
+            scores = tf.cast(tf.matmul(query, key, transpose_b=True), tf.float32)  # [B, N, F, T]
+        with tf.name_scope("mask_softmax"):
+            scores = tf.multiply(scores, 1.0 / math.sqrt(float(self._head_size)))
+            scores += score_adder
+            probs = tf.cast(tf.nn.softmax(scores), query.dtype)
         probs = self.attention_probs_dropout(probs, training=training)
-        context = tf.transpose(tf.matmul(probs, value), [0, 2, 1, 3])  # [B, F, N, H]
+        with tf.name_scope("pv_product"):
+            context = tf.transpose(tf.matmul(probs, value), [0, 2, 1, 3])  # [B, F, N, H]
 
         attention = self.attention_output(context)
         attention = self.attention_dropout(attention, training=training)
@@ -361,16 +387,18 @@ class BertEncoder(tf_keras.layers.Layer):
              position_ids=None, cls_positions=None):
         output = self.embeddings(input_ids, segment_ids, training=training,
                                  position_ids=position_ids)
-        adder = attention_adder(input_mask) if sequence_ids is None else \
-            packed_attention_adder(sequence_ids)
+        with tf.name_scope("attention_mask"):
+            adder = attention_adder(input_mask) if sequence_ids is None else \
+                packed_attention_adder(sequence_ids)
         for layer in self.transformer_layers:
             if self._recompute_layers and training is True:
                 output = _recomputed(layer, output, adder)
             else:
                 output = layer(output, adder, training=training)
-        if cls_positions is None:
-            return output, self.pooler(tf.squeeze(output[:, 0:1, :], axis=1))
-        return output, self.pooler(tf.gather(output, cls_positions, batch_dims=1))
+        with tf.name_scope("cls_rows"):
+            cls_rows = tf.squeeze(output[:, 0:1, :], axis=1) if cls_positions is None else \
+                tf.gather(output, cls_positions, batch_dims=1)
+        return output, self.pooler(cls_rows)
 
 
 class TiedMaskedLM(nlp_layers.MaskedLM):

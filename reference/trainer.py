@@ -29,7 +29,7 @@ from reference.input_pipeline import EXAMPLE_WEIGHT
 from reference.lamb import Lamb, clip_gradients, densify, variable_name
 from reference.learning_rate import WarmupPolynomialDecay
 from reference.losses import EvalMetrics, metric_sums, pretraining_losses
-from reference.model import BertPretrainingModel
+from reference.model import BertPretrainingModel, in_forward_scope
 from reference.optimizer_settings import OptimizerSettings
 
 MIXED_PRECISION = {"none": None, "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
@@ -156,7 +156,7 @@ def _scaled_where(inputs: tf.Tensor, keep: tf.Tensor, scale: float) -> tf.Tensor
 
     @tf.custom_gradient
     def masked(values):
-        return values * factor, lambda upstream: upstream * factor
+        return values * factor, in_forward_scope(lambda upstream: upstream * factor)
 
     return masked(inputs)
 
@@ -534,10 +534,12 @@ class Trainer:
                              beta_2_power, names):
         """The optimizer's update of each of `variables` (one device's copies) from its
         gradient and moments; `names` are the model variables' names, on which the
-        weight-decay and layer-adaptation exclusions are decided."""
-        for var, grad, m, v, name in zip(variables, grads, m_slots, v_slots, names):
-            self.optimizer.update_variable(var, grad, m, v, lr, beta_1_power, beta_2_power,
-                                           name=name)
+        weight-decay and layer-adaptation exclusions are decided. Its ops are named
+        `optimizer_update/...`."""
+        with tf.name_scope("optimizer_update"):
+            for var, grad, m, v, name in zip(variables, grads, m_slots, v_slots, names):
+                self.optimizer.update_variable(var, grad, m, v, lr, beta_1_power,
+                                               beta_2_power, name=name)
 
     def _train_steps_fn(self, iterator, num_updates, first_step, stop_samples):
         strategy = self.strategy

@@ -46,6 +46,8 @@ def command_words(target: str, **variables: str) -> list[str]:
      [f"--reference_dir={ODD}/ref", f"--text_dir={ODD}/text",
       f"--part={ODD}/results/part-00000-of-00500"]),
     ("bench-train", {"REFERENCE_DIR": f"{ODD}/ref"}, [f"--reference_dir={ODD}/ref/.."]),
+    ("export-step", {"STEP_OUT": ODD}, [f"--output_dir={ODD}"]),
+    ("time-step", {"STEP_OUT": ODD}, [ODD]),
 ])
 def test_path_variables_reach_the_script_as_one_argument(target, variables, expected):
     words = command_words(target, **variables)

@@ -51,6 +51,9 @@ NOT_RUN = {
                                   "tests/cleanup_scripts/test_preprocess_console.py runs it",
     ". .venv/bin/activate && mkdir -p build/by-hand": "the same block",
     "for f in text/*/wiki_??": "the same block",
+    "make export-step STEP_OUT=build/step-tiny": "minutes; tests/devtools export a smaller "
+                                                 "update of the same model and time it",
+    "make time-step STEP_OUT=build/step-tiny": "the same",
 }
 
 

@@ -1,27 +1,31 @@
 """`make export-step`: the trainer's update (`Trainer.update_step`) as one XLA HLO module, for
 timing on a machine that has an accelerator and XLA (jaxlib) but no TensorFlow.
 
-    python -m reference.export_step --output_dir=DIR [--bert_config_file=F]
+    python -m devtools.export_step --output_dir=DIR [--bert_config_file=F]
         [--batch_size=96 --packed] [--mixed_precision=bf16] [--steps_per_update=1]
 
-Writes DIR/step.hlo.pb.xz (the serialized HloModuleProto, op metadata dropped, xz) and
-DIR/step.json: the BERT config and shapes, every HLO parameter (a feature, with its valid
-range, or a trainer variable, with its initialisation) and output (a result, or the new value
-of a parameter it aliases), and the step's matrix-product FLOPs (`reference.bench.step_flops`
-at the padded or packed shapes computed). The features are `reference.bench`'s synthetic
-batches with the official length mix. `../shared/tools/gpu-step/run_step.py DIR` compiles and
-times the module there.
+Writes DIR/step.hlo.pb.xz (the serialized HloModuleProto, xz), DIR/batch.npz (the features
+traced with: `reference.bench`'s synthetic batches with the official length mix, packed or
+not) and DIR/step.json: the BERT config and shapes, every HLO parameter (a feature, with its
+valid range, or a trainer variable, with its initialisation) and output (a result, or the new
+value of a parameter it aliases), and the step's matrix-product FLOPs
+(`reference.bench.step_flops` at the padded or packed shapes computed). Each HLO instruction
+keeps TensorFlow's op name and type (its metadata, less the source file and line), which
+`python -m devtools.time_step DIR --profile N` maps to parts of the model. `time_step`
+compiles and times the module where jaxlib is installed, TensorFlow or not.
 """
 from __future__ import annotations
 
 import json
 import lzma
-import os
+import zipfile
 
 from absl import app, flags
 
 from benchmark.errors import UserError, exit_on_user_error
+from benchmark.files import atomic_output, ensure_dir
 from cleanup_scripts import BERT_CONFIG_FILE
+from devtools.time_step import BATCH_FILE, STEP_HLO, STEP_JSON
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_dir", None, "Folder for step.hlo.pb.xz and step.json.")
@@ -44,6 +48,8 @@ XLA_TYPES = {1: "pred", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "uint8
 XLA_TUPLE = 13
 RESULT_NAMES = ("losses[total_loss,masked_lm_loss,next_sentence_loss]", "gradient_norm",
                 "learning_rate", "update_applied")
+# The zip entries' time stamp: the same features give the same bytes.
+ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 
 
 def synthetic_update(config, batch_size: int, seq_length: int, max_predictions: int,
@@ -70,6 +76,32 @@ def synthetic_update(config, batch_size: int, seq_length: int, max_predictions: 
     if n == 1:
         return micro[0], per_step
     return {k: np.stack([m[k] for m in micro]) for k in micro[0]}, per_step
+
+
+def write_batch(path, features: dict) -> None:
+    """`features` (numpy arrays by name) as an .npz archive that `numpy.load` reads: one
+    `NAME.npy` entry each, in name order, deflated, with fixed time stamps."""
+    import numpy as np
+    with atomic_output(path, "wb") as handle, zipfile.ZipFile(handle, "w") as archive:
+        for name in sorted(features):
+            entry = zipfile.ZipInfo(f"{name}.npy", date_time=ZIP_TIME)
+            entry.compress_type = zipfile.ZIP_DEFLATED
+            with archive.open(entry, "w") as member:
+                np.lib.format.write_array(member, np.ascontiguousarray(features[name]),
+                                          allow_pickle=False)
+
+
+def keep_op_names(module) -> None:
+    """Strip from each instruction of an HloModuleProto what jaxlib cannot read or what
+    names this checkout: the metadata's source file and line go (op name and type stay), and
+    `copy` becomes a reshape to the same shape (jaxlib keeps `copy` as mhlo.copy, which GPU
+    plugins cannot legalise; the value is the same)."""
+    for computation in module.computations:
+        for instruction in computation.instructions:
+            for field in ("source_file", "source_line", "stack_frame_id"):
+                instruction.metadata.ClearField(field)
+            if instruction.opcode == "copy":
+                instruction.opcode = "reshape"
 
 
 def variable_roles(trainer) -> dict[int, tuple]:
@@ -150,8 +182,8 @@ def describe_module(module, features: dict, captures: list, roles: dict, config,
 
 def export(output_dir: str) -> dict:
     """Build the trainer on the default strategy, trace `update_step` under
-    `tf.function(jit_compile=True)` and write step.hlo.pb.xz and step.json into `output_dir`;
-    returns step.json's summary fields."""
+    `tf.function(jit_compile=True)` and write step.hlo.pb.xz, batch.npz and step.json (last)
+    into `output_dir`; returns step.json's summary fields."""
     import tensorflow as tf
     from tensorflow.compiler.xla.service import hlo_pb2
 
@@ -173,13 +205,7 @@ def export(output_dir: str) -> dict:
     captures = list(step.get_concrete_function(batch).captured_inputs)
     module = hlo_pb2.HloModuleProto.FromString(
         step.experimental_get_compiler_ir(batch)(stage="hlo_serialized"))
-    for computation in module.computations:
-        for instruction in computation.instructions:
-            instruction.ClearField("metadata")
-            # jaxlib keeps `copy` as mhlo.copy, which GPU plugins cannot legalise; a reshape
-            # to the same shape is the same value.
-            if instruction.opcode == "copy":
-                instruction.opcode = "reshape"
+    keep_op_names(module)
     params, outputs = describe_module(module, features, captures, variable_roles(trainer),
                                       config, seq)
     slots = features["masked_lm_positions"].shape[-1]
@@ -191,11 +217,13 @@ def export(output_dir: str) -> dict:
         "steps_per_update": n, "batch_sequences_nominal": FLAGS.batch_size,
         "rows_per_step": rows * n, "tokens_per_step": rows * n * seq,
         "flops_per_step": bench.step_flops(config.to_dict(), seq, slots, rows * n),
-        "num_hlo_parameters": len(params), "num_hlo_outputs": len(outputs)}
-    os.makedirs(output_dir, exist_ok=True)
-    with open(os.path.join(output_dir, "step.hlo.pb.xz"), "wb") as f:
-        f.write(lzma.compress(module.SerializeToString(), preset=9))
-    with open(os.path.join(output_dir, "step.json"), "w", encoding="utf-8") as f:
+        "num_hlo_parameters": len(params), "num_hlo_outputs": len(outputs),
+        "batch_file": BATCH_FILE}
+    folder = ensure_dir(output_dir)
+    with atomic_output(folder / STEP_HLO, "wb") as f:
+        f.write(lzma.compress(module.SerializeToString(deterministic=True), preset=9))
+    write_batch(folder / BATCH_FILE, features)
+    with atomic_output(folder / STEP_JSON) as f:
         json.dump({**summary, "params": params, "outputs": outputs}, f, indent=0)
     return summary
 

@@ -1,0 +1,30 @@
+"""Exports of a tiny update (`devtools.export_step`), made once per session and shared."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, run_module
+
+TINY_CONFIG = REPO / "tests" / "fixtures" / "reference_model" / "bert_config.json"
+# The fixture's 2-layer BERT (hidden 64, dropout 0.1): 6 sequences of 64 tokens a step.
+EXPORT_ARGS = (f"--bert_config_file={TINY_CONFIG}", "--batch_size=6", "--max_seq_length=64",
+               "--max_predictions_per_seq=10", "--mixed_precision=bf16")
+
+
+@pytest.fixture(scope="session")
+def exported_step(tmp_path_factory):
+    """packed (bool) -> the folder `python -m devtools.export_step` wrote for the tiny update,
+    packed rows or one padded sequence a row (each exported once)."""
+    folders: dict[bool, Path] = {}
+
+    def export(packed: bool) -> Path:
+        if packed not in folders:
+            out = tmp_path_factory.mktemp("step") / ("packed" if packed else "padded")
+            run_module("devtools.export_step", f"--output_dir={out}", *EXPORT_ARGS,
+                       f"--packed={str(packed).lower()}")
+            folders[packed] = out
+        return folders[packed]
+
+    return export
