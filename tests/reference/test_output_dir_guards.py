@@ -18,7 +18,7 @@ import pytest
 
 from benchmark.files import RefusedOutput
 from reference.preflight import check_output_dir_holds_no_input
-from reference.run_flags import UsageError
+from reference.run_options import UsageError
 from reference.run_log import LogFile
 from reference.run_outputs import output_dir_lock
 from tests.conftest import REPO

@@ -32,9 +32,9 @@ from cleanup_scripts.pretraining_features import RecordLayout
 from reference import input_pipeline
 from reference.preflight import CheckedInputs, preflight
 from reference.resume import peek_progress
-from reference.run_flags import UsageError, define_flags
+from reference.run_flags import define_flags
 from reference.run_loop import train
-from reference.run_options import RunOptions, options_from_flags
+from reference.run_options import RunOptions, UsageError, options_from_flags
 from reference.bert_config import load_bert_config
 from reference.error_text import OutputError
 from reference.run_log import LogFile
