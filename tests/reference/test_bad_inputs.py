@@ -325,7 +325,7 @@ def test_flag_errors_on_the_command_line(data, tmp_path, extra, message):
 
 
 def test_absurd_batch_on_the_command_line_is_one_line_at_once(data, tmp_path):
-    # It was a TensorFlow shape traceback after run_start, 40 s in.
+    # Unchecked, it is a TensorFlow shape traceback after run_start, 40 s in.
     out = tmp_path / "out"
     result = run_trainer(*run_args(data, out, train_batch_size=100_000_000), check=False,
                          timeout=120)
@@ -477,7 +477,8 @@ def test_eval_files_that_match_nothing_or_hold_nothing(data, tmp_path):
 @pytest.mark.timeout(60)  # a FIFO that is read blocks: fail, not hang
 @pytest.mark.parametrize("flag", ["input_file", "eval_file", "bert_config_file"])
 def test_device_or_fifo_named_by_a_flag_is_named_for_what_it_is(data, tmp_path, flag):
-    # A FIFO would block the first read for ever; /dev/zero was "length CRC mismatch".
+    # A FIFO would block the first read for ever; /dev/zero would read as "length CRC
+    # mismatch".
     fifo = tmp_path / "part-00000-of-00001"
     os.mkfifo(fifo)
     for special, kind in ((fifo, "a FIFO"), ("/dev/zero", "a character device")):
