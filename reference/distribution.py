@@ -133,14 +133,6 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
     return bool(getattr(extended, "should_checkpoint", True))
 
 
-def per_replica(total: int, strategy: tf.distribute.Strategy, flag: str) -> int:
-    """`total` / replicas; StrategyError naming `flag` when it does not divide evenly."""
-    replicas = strategy.num_replicas_in_sync
-    if total % replicas:
-        raise StrategyError(f"{flag}={total} is not a multiple of the {replicas} replicas")
-    return total // replicas
-
-
 def describe(strategy: tf.distribute.Strategy) -> str:
     """A few words for logs: the strategy's class and replica count."""
     name = type(strategy).__name__.lstrip("_")

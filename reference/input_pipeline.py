@@ -70,11 +70,11 @@ SEQUENCES_SAMPLE_ROWS = 20_000  # packed rows read to find the mean sequences pe
 PARSE_ERRORS = tf_parse_errors()
 DATA_ERRORS = (tf.errors.DataLossError, *PARSE_ERRORS)
 
-def expand_patterns(patterns: str, flag: str = "--input_file") -> list[str]:
+def expand_patterns(patterns: str) -> list[str]:
     """The files matching comma-separated glob patterns, each pattern's matches sorted.
 
-    Raises InputError naming the flag and pattern when a pattern matches nothing, and naming
-    the file when a local match is no regular file (a device such as /dev/zero, a FIFO).
+    Raises InputError naming the pattern when it matches nothing, naming the file when a local
+    match is no regular file (a device such as /dev/zero, a FIFO), or when there is no pattern.
     """
     files: list[str] = []
     for pattern in (p.strip() for p in (patterns or "").split(",")):
@@ -83,15 +83,16 @@ def expand_patterns(patterns: str, flag: str = "--input_file") -> list[str]:
         try:
             matches = sorted(tf.io.gfile.glob(pattern))
         except tf.errors.OpError as err:
-            raise InputError(f"{flag}={pattern}: cannot list files ({one_line(err)})") from err
+            raise InputError(f"{printable(pattern)}: cannot list files ({one_line(err)})") \
+                from err
         matches = [m for m in matches if not tf.io.gfile.isdir(m)]
         if not matches:
-            raise InputError(f"{flag}={printable(pattern)}: no file matches{_hint(pattern)}")
+            raise InputError(f"{printable(pattern)}: no file matches{_hint(pattern)}")
         for match in matches:
-            _require_regular(match, flag)
+            _require_regular(match)
         files.extend(matches)
     if not files:
-        raise InputError(f"{flag} is empty: give one or more TFRecord files or globs")
+        raise InputError("names no files: give one or more TFRecord files or globs")
     return files
 
 
@@ -107,8 +108,8 @@ def _hint(pattern: str) -> str:
     return ""
 
 
-def _require_regular(path: str, flag: str) -> None:
-    """InputError "<flag>: <path>: is not a regular file (a FIFO)" for a local `path` that is a
+def _require_regular(path: str) -> None:
+    """InputError "<path>: is not a regular file (a FIFO)" for a local `path` that is a
     device, FIFO or socket: stat()ed only, since reading a FIFO waits for a writer for ever
     and /dev/zero never ends (a remote path, gs://..., is an object: nothing to check)."""
     if "://" in path:
@@ -116,9 +117,9 @@ def _require_regular(path: str, flag: str) -> None:
     try:
         mode = os.stat(path).st_mode
     except OSError as err:
-        raise InputError(f"{flag}: {printable(path)}: cannot read ({err.strerror})") from err
+        raise InputError(f"{printable(path)}: cannot read ({err.strerror})") from err
     if not stat.S_ISREG(mode):
-        raise InputError(f"{flag}: {printable(path)}: is not a regular file "
+        raise InputError(f"{printable(path)}: is not a regular file "
                          f"({file_kind(mode)})")
 
 
@@ -379,39 +380,39 @@ def find_bad_record(files: list[str], layout: RecordLayout, limit: int | None = 
     return _scan(files, layout, limit, id_ranges)[1]
 
 
-def check_all_records(files: list[str], layout: RecordLayout, flag: str,
+def check_all_records(files: list[str], layout: RecordLayout,
                       limit: int | None = None, id_ranges: IdRanges | None = None) -> int:
     """Check the first `limit` records of `files` in order (every record if None), their ids
     too if id_ranges is given.
 
     Returns the number of records checked (fewer than `limit` when the files hold fewer).
-    Raises InputError "<flag>: <file>: record <i>: <problem>", or when there are no records.
+    Raises InputError "<file>: record <i>: <problem>", or when there are no records.
     """
     count, bad = _scan(files, layout, limit, id_ranges)
     if bad:
-        raise InputError(f"{flag}: {bad}")
+        raise InputError(str(bad))
     if not count:
-        raise InputError(f"{flag}: {files[0]}{' ...' if len(files) > 1 else ''}: "
+        raise InputError(f"{files[0]}{' ...' if len(files) > 1 else ''}: "
                          "holds no records")
     return count
 
 
-def _first_record(path: str, flag: str) -> bytes:
+def _first_record(path: str) -> bytes:
     """The first record of `path`; InputError when it is damaged or the file holds none."""
     records = _framed_records(path)
     try:
         first = next(records, None)
     except FramingError as err:
-        raise InputError(f"{flag}: {BadRecord(path, err.index, err.problem)}") from err
+        raise InputError(str(BadRecord(path, err.index, err.problem))) from err
     finally:
         records.close()
     if first is None:
-        raise InputError(f"{flag}: {path}: holds no records")
+        raise InputError(f"{path}: holds no records")
     return first
 
 
-def detect_layout(files: list[str], max_seq_length: int, max_predictions_per_seq: int,
-                  flag: str = "--input_file") -> RecordLayout:
+def detect_layout(files: list[str], max_seq_length: int, max_predictions_per_seq: int
+                  ) -> RecordLayout:
     """The layout of `files`, read off the first record of the first file: packed rows (their
     sizes from the record; the rows must be --max_seq_length tokens long) or unpacked records
     (of the flags' sizes, which `check_first_records` then holds every file to).
@@ -420,7 +421,7 @@ def detect_layout(files: list[str], max_seq_length: int, max_predictions_per_seq
     missing, or packed rows of another length than --max_seq_length.
     """
     path = files[0]
-    first = _first_record(path, flag)
+    first = _first_record(path)
     try:
         found = record_layout(decode_example(first))
     except DecodeError:
@@ -428,16 +429,16 @@ def detect_layout(files: list[str], max_seq_length: int, max_predictions_per_seq
     if found is None or not found.packed:
         return RecordLayout.unpacked(max_seq_length, max_predictions_per_seq)
     if found.max_seq_length != max_seq_length:
-        raise InputError(f"{flag}: {path}: packed rows of {found.max_seq_length} tokens, "
+        raise InputError(f"{path}: packed rows of {found.max_seq_length} tokens, "
                          f"but --max_seq_length={max_seq_length}")
     return found
 
 
-def _first_record_error(path: str, layout: RecordLayout, flag: str,
+def _first_record_error(path: str, layout: RecordLayout,
                         id_ranges: IdRanges | None) -> str | None:
     """The InputError message for a file whose first record is missing or unusable, or None."""
     try:
-        first = _first_record(path, flag)
+        first = _first_record(path)
     except InputError as err:
         return str(err)
     try:
@@ -445,21 +446,21 @@ def _first_record_error(path: str, layout: RecordLayout, flag: str,
     except DecodeError:
         found = None
     if found is not None and found.packed != layout.packed:
-        return (f"{flag}: {path}: {'packed' if found.packed else 'unpacked'} records among "
+        return (f"{path}: {'packed' if found.packed else 'unpacked'} records among "
                 f"{'packed' if layout.packed else 'unpacked'} ones: a set of files must be all "
                 "packed or all unpacked")
     bad = _first_unparsable(path, 0, [first], layout) if not layout.packed else \
         _bad_in_chunk(path, 0, [first], layout)
     if bad and not layout.packed:
-        return (f"{flag}: {path}: records do not match --max_seq_length={layout.max_seq_length} "
+        return (f"{path}: records do not match --max_seq_length={layout.max_seq_length} "
                 f"--max_predictions_per_seq={layout.max_predictions} (record 0: {bad.problem})")
     if bad:
-        return f"{flag}: {path}: not {layout.describe()} (record 0: {bad.problem})"
+        return f"{path}: not {layout.describe()} (record 0: {bad.problem})"
     bad = _bad_in_chunk(path, 0, [first], layout, id_ranges)
-    return f"{flag}: {bad}" if bad else None
+    return str(bad) if bad else None
 
 
-def check_first_records(files: list[str], layout: RecordLayout, flag: str = "--input_file",
+def check_first_records(files: list[str], layout: RecordLayout,
                         id_ranges: IdRanges | None = None) -> None:
     """Read and parse the first record of every file (several files at once), and check its
     ids if id_ranges is given.
@@ -468,8 +469,7 @@ def check_first_records(files: list[str], layout: RecordLayout, flag: str = "--i
     or its first record is damaged, of another layout or shapes, or holds an id out of range.
     """
     with ThreadPoolExecutor(max_workers=max(1, min(CHECK_THREADS, len(files)))) as pool:
-        errors = pool.map(lambda path: _first_record_error(path, layout, flag, id_ranges),
-                          files)
+        errors = pool.map(lambda path: _first_record_error(path, layout, id_ranges), files)
         message = next((error for error in errors if error), None)
     if message:
         raise InputError(message)
@@ -486,10 +486,10 @@ class PackedCount:
 
 
 def count_packed(files: list[str], layout: RecordLayout, limit: int | None = None,
-                 max_rows: int | None = None, flag: str = "--eval_file") -> PackedCount:
+                 max_rows: int | None = None) -> PackedCount:
     """The rows of packed `files` (read in order) that hold their first `limit` sequences (all
     if None), read no further than `max_rows` rows; counted from next_sentence_weights.
-    InputError "<flag>: <file>: record <i>: <problem>" for a record that does not parse."""
+    InputError "<file>: record <i>: <problem>" for a record that does not parse."""
     spec = {"next_sentence_weights": tf_feature_spec(layout)["next_sentence_weights"]}
     rows = sequences = last = 0
     for path in files:
@@ -506,7 +506,7 @@ def count_packed(files: list[str], layout: RecordLayout, limit: int | None = Non
                         "next_sentence_weights"].numpy().sum(axis=1).astype(np.int64)
                 except PARSE_ERRORS as err:
                     bad = _first_unparsable(path, rows - first_row, chunk, layout)
-                    raise InputError(f"{flag}: {bad or path}") from err
+                    raise InputError(str(bad or path)) from err
                 totals = sequences + np.cumsum(counts)
                 if limit is not None and totals[-1] >= limit:
                     end = int(np.searchsorted(totals, limit))
@@ -514,18 +514,17 @@ def count_packed(files: list[str], layout: RecordLayout, limit: int | None = Non
                     return PackedCount(rows + end + 1, limit, limit - before)
                 rows, sequences, last = rows + len(chunk), int(totals[-1]), int(counts[-1])
         except FramingError as err:
-            raise InputError(f"{flag}: {BadRecord(path, err.index, err.problem)}") from err
+            raise InputError(str(BadRecord(path, err.index, err.problem))) from err
         finally:
             records.close()
     return PackedCount(rows, sequences, last)
 
 
 def mean_sequences_per_row(files: list[str], layout: RecordLayout,
-                           rows: int = SEQUENCES_SAMPLE_ROWS, flag: str = "--input_file"
-                           ) -> float:
+                           rows: int = SEQUENCES_SAMPLE_ROWS) -> float:
     """Sequences per row over the first `rows` rows of packed `files` in order (every row of
     a smaller set; the packer shuffles its rows, so the first ones are a fair sample)."""
-    counted = count_packed(files, layout, max_rows=rows, flag=flag)
+    counted = count_packed(files, layout, max_rows=rows)
     return counted.sequences / max(counted.rows, 1)
 
 

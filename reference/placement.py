@@ -31,6 +31,16 @@ def packed_rows_per_replica(train_batch_size: int, sequences_per_row: float,
     return max(1, round(train_batch_size / sequences_per_row / replicas))
 
 
+def _per_replica(flag: str, total: int, strategy) -> int:
+    """`total` (the value of `flag`) / the strategy's replicas; StrategyError naming the flag
+    when it does not divide evenly."""
+    from reference.distribution import StrategyError
+    replicas = strategy.num_replicas_in_sync
+    if total % replicas:
+        raise StrategyError(f"{flag}={total} is not a multiple of the {replicas} replicas")
+    return total // replicas
+
+
 @dataclass(frozen=True)
 class Placement:
     """Where this process computes and how a batch splits over the replicas."""
@@ -51,9 +61,8 @@ def place(options: RunOptions, inputs: CheckedInputs, strategy=None) -> Placemen
         train = packed_rows_per_replica(data.train_batch_size, inputs.train.sequences_per_row,
                                         strategy.num_replicas_in_sync)
     else:
-        train = distribution.per_replica(data.train_batch_size, strategy, "--train_batch_size")
-    evaluation = distribution.per_replica(options.eval.batch_size, strategy,
-                                          "--eval_batch_size")
+        train = _per_replica("--train_batch_size", data.train_batch_size, strategy)
+    evaluation = _per_replica("--eval_batch_size", options.eval.batch_size, strategy)
     logging.info("%s; global batch %d (%d %s per replica x %d micro-batches)",
                  distribution.describe(strategy), data.global_batch_size, train,
                  "packed rows" if inputs.packed else "records", data.steps_per_update)

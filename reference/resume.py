@@ -14,8 +14,7 @@ from absl import logging
 
 from benchmark.errors import one_line
 from reference.preflight import CheckedInputs
-from reference.run_flags import UsageError
-from reference.run_options import RunOptions
+from reference.run_options import RunOptions, UsageError
 
 
 def _file_names(files: tuple[str, ...]) -> str:

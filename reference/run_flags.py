@@ -1,27 +1,24 @@
-"""The command line of `python -m reference.run_pretraining`: the flag schema (`FLAG_TABLE`),
-the flags' values with --preset's filled in (`read_flags`) and the range checks of each value.
+"""The command line of `python -m reference.run_pretraining`: the flag schema (`FLAG_TABLE`) and
+the flags' values with --preset's filled in (`read_flags`). Every check of those values is the
+options builder's (reference/run_options.py).
 
 TensorFlow-free, so that `--help` and flag errors are fast.
 """
 from __future__ import annotations
 
-import math
-from typing import Any, Mapping
+from typing import Any
 
 from absl import flags, logging
 
 from benchmark import constants
-from benchmark.errors import UserError
 from cleanup_scripts.pretraining_instances import MAX_SEQ_LENGTH
 from reference.bert_config import MASKED_LM_BLOCK_ROWS
 from reference.optimizer_settings import DEFAULT_OPTIMIZER as OPT
 
 FLAGS = flags.FLAGS
-MAX_SEED = 2 ** 31 - 1  # a drawn seed is below this too
-MIN_LOG_EPSILON = -30  # LAMB's epsilon 1e-30 is still a normal float32
 # Records per micro-step (or eval step), all replicas together: 128 times the batch of the
 # reference's TPU v3-128 run (8,192). What a step needs must also fit in memory
-# (reference/preflight.py checks a lower bound against the machine's).
+# (reference/run_options.py's check_memory holds a lower bound to the machine's).
 MAX_BATCH_SIZE = 1 << 20
 
 # The command line: (kind, name, default, help[, choices]). The MLCommons reference's flags come
@@ -132,21 +129,6 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> flags.FlagValues:
     return flag_values
 
 
-class UsageError(UserError, ValueError):
-    """A bad command line; the message is one line naming the flag."""
-
-
-def require(condition: bool, message: str) -> None:
-    """Raise UsageError(message) unless `condition` holds."""
-    if not condition:
-        raise UsageError(message)
-
-
-def _multiple(flag: str, value: int, n: int) -> None:
-    require(value % n == 0, f"--{flag}={value} is not a multiple of --steps_per_update={n}; "
-            "with accumulation give the step counts of batch bs*n scaled up n times")
-
-
 def read_flags(flag_values: flags.FlagValues) -> dict[str, Any]:
     """The value of every flag of FLAG_TABLE: given on the command line, else --preset's (the
     preset's placeholders filled in), else its default. `flag_values` is left as parsed.
@@ -171,77 +153,3 @@ def read_flags(flag_values: flags.FlagValues) -> dict[str, Any]:
     logging.debug("preset %s: %s", name, ", ".join(f"--{flag}={values[flag]}"
                                                    for flag in applied))
     return values
-
-
-def check_ranges(v: Mapping[str, Any]) -> None:
-    """Check every numeric flag value of `v` (flag name -> value, as `read_flags` gives them)
-    against its allowed range; those that need the BERT config are preflight's.
-
-    Raises UsageError naming the flag, its value and the range, e.g. "--learning_rate=0.0 must
-    be > 0".
-    """
-    _check_sizes(v)
-    _check_step_counts(v)
-    _check_rates(v)
-
-
-def _check_sizes(v: Mapping[str, Any]) -> None:
-    """Floats finite; batches, step counts and shapes at least 1 and at most their maxima."""
-    for kind, name, *_ in FLAG_TABLE:
-        if kind == "float" and v[name] is not None:
-            require(math.isfinite(v[name]), f"--{name}={v[name]} must be a finite number")
-    n = v["steps_per_update"]
-    require(n >= 1, f"--steps_per_update={n} must be at least 1")
-    for name in ("train_batch_size", "eval_batch_size", "max_eval_steps", "num_train_steps",
-                 "iterations_per_loop", "save_checkpoints_steps", "num_tpu_cores"):
-        require(v[name] >= 1, f"--{name}={v[name]} must be at least 1")
-    require(v["progress_seconds"] > 0, f"--progress_seconds={v['progress_seconds']} must be > 0")
-    for name, what in (("train_batch_size", "micro-step"), ("eval_batch_size", "eval step")):
-        require(v[name] <= MAX_BATCH_SIZE, f"--{name}={v[name]} must be at most "
-                f"{MAX_BATCH_SIZE} (records per {what}, all replicas together)")
-    for name in ("max_seq_length", "max_predictions_per_seq"):
-        require(v[name] <= MAX_SEQ_LENGTH, f"--{name}={v[name]} must be at most {MAX_SEQ_LENGTH}")
-
-
-def _check_step_counts(v: Mapping[str, Any]) -> None:
-    """Warm-up within the budget, counts >= 0, step counts multiples of --steps_per_update, the
-    seed in range."""
-    n = v["steps_per_update"]
-    warmup, steps = v["num_warmup_steps"], v["num_train_steps"]
-    require(0 <= warmup <= steps,
-            f"--num_warmup_steps={warmup} must be in [0, --num_train_steps={steps}]")
-    if warmup:
-        require(v["start_warmup_step"] <= 0,
-                f"--start_warmup_step={v['start_warmup_step']} must be <= 0 (a later start "
-                "gives negative learning rates before it)")
-    for name in ("keep_checkpoint_max", "eval_frequency_samples", "num_gpus", "cpu_devices",
-                 "masked_lm_block_rows"):
-        require(v[name] >= 0, f"--{name}={v[name]} must be >= 0")
-    stop = v["stop_steps"]
-    if stop is not None:
-        require(stop >= 1, f"--stop_steps={stop} must be at least 1")
-    for name in ("num_train_steps", "num_warmup_steps", "start_warmup_step",
-                 "save_checkpoints_steps"):
-        _multiple(name, v[name], n)
-    if stop is not None:
-        _multiple("stop_steps", stop, n)
-    if v["seed"] is not None:
-        require(0 <= v["seed"] <= MAX_SEED, f"--seed={v['seed']} must be in [0, {MAX_SEED}]")
-
-
-def _check_rates(v: Mapping[str, Any]) -> None:
-    """The optimizer's constants, the target accuracy and the dropout override in range."""
-    for name in ("learning_rate", "poly_power"):
-        require(v[name] > 0, f"--{name}={v[name]} must be > 0")
-    for name in ("lamb_beta_1", "lamb_beta_2"):
-        require(0 < v[name] < 1, f"--{name}={v[name]} must be in (0, 1)")
-    require(v["lamb_weight_decay_rate"] >= 0,
-            f"--lamb_weight_decay_rate={v['lamb_weight_decay_rate']} must be >= 0")
-    require(MIN_LOG_EPSILON <= v["log_epsilon"] <= 0,
-            f"--log_epsilon={v['log_epsilon']} must be in [{MIN_LOG_EPSILON}, 0] (epsilon "
-            "10 ** log_epsilon in [1e-30, 1])")
-    require(0 < v["target_mlm_accuracy"] <= 1,
-            f"--target_mlm_accuracy={v['target_mlm_accuracy']} must be in (0, 1]")
-    if v["dropout_override"] is not None:
-        require(0 <= v["dropout_override"] < 1,
-                f"--dropout_override={v['dropout_override']} must be in [0, 1)")

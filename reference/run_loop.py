@@ -24,8 +24,7 @@ from reference.error_text import SetupError, tensorflow_failure, writing
 from reference.placement import Placement, place
 from reference.preflight import CheckedInputs, prepare_output_dir
 from reference.resume import ResumePoint, find_resume_point, resumed_options, run_settings
-from reference.run_flags import UsageError
-from reference.run_options import RunOptions
+from reference.run_options import RunOptions, UsageError
 from reference.run_outputs import (output_dir_lock, save_checkpoint, summary_writer, write_eval,
                                    write_scalars)
 

@@ -40,8 +40,8 @@ TIMEOUT_S = 60  # the most one connect or one read may wait
 DEADLINE_FLOOR_S = 300.0
 MIN_RATE = 128 << 10  # bytes per second
 # While a request is under way (headers and body), fewer than RATE_FLOOR bytes per second over
-# RATE_WINDOW_S seconds cut it for good: a server dripping 1 byte/s no longer holds the dump's
-# download for its 37-hour deadline but for about a minute. (The dump at 16 KiB/s: 13 days.)
+# RATE_WINDOW_S seconds cut it for good: a server dripping 1 byte/s holds the dump's download
+# for about a minute, not for its 37-hour deadline. (The dump at 16 KiB/s: 13 days.)
 RATE_FLOOR = 16 << 10  # bytes per second
 RATE_WINDOW_S = 60.0
 USER_AGENT = "mlperf-bert-harness-download/1"

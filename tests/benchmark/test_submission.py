@@ -153,8 +153,8 @@ def test_a_folder_logging_no_seed_passes_the_package_check_as_its_round_did(tree
 
 
 def test_a_checker_message_about_a_deep_path_keeps_its_verdict(valid_tree, tmp_path):
-    # "Result file PATH logs no seed." was cut at 200 characters from its end: a submission in
-    # a deep folder lost "logs no seed" (it failed so under pytest-xdist's longer tmp paths).
+    # "Result file PATH logs no seed." cut at 200 characters from its end would lose "logs no
+    # seed" for a submission in a deep folder (as under pytest-xdist's longer tmp paths).
     tree = shutil.copytree(valid_tree, tmp_path / ("deep-" * 30) / valid_tree.name)
     bert = tree / "results" / SYSTEM / "bert"
     _rewrite(bert, lambda line: "" if '"key": "seed"' in line else line)

@@ -131,7 +131,7 @@ def test_file_urls_and_local_paths(tmp_path):
 
 
 def test_a_fifo_or_device_as_a_local_source_is_one_line_and_never_blocks(tmp_path, capsys):
-    # A FIFO source was opened for reading and waited for a writer for ever.
+    # A FIFO source opened for reading would wait for a writer for ever.
     fifo = tmp_path / "vocab-fifo"
     os.mkfifo(fifo)
     for source, kind in ((fifo, "a FIFO"), (Path("/dev/zero"), "a character device")):

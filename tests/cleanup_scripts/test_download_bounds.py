@@ -365,7 +365,8 @@ def test_the_deadline_wakes_a_blocked_read(monkeypatch):
 
 
 def test_a_redirect_to_a_local_file_is_refused_at_once(server, tmp_path, capsys):
-    # It was retried three times with back-off (35 s), then a line about connection adapters.
+    # Not refused, it is retried three times with back-off (35 s), then a line about
+    # connection adapters.
     url = server.url + "/to-file"
     status, seconds = timed_cli(vocab_from(url, tmp_path))
     assert status == 1

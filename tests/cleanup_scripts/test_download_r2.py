@@ -429,7 +429,7 @@ def test_an_interrupted_download_resumes_with_a_range_request(bucket, replica, t
 
 def test_a_uri_naming_a_local_folder_is_one_line_and_nothing_there_is_read(
         bucket, replica, tables, tmp_path, capsys):
-    # A `.uri` of file:///some/folder was followed: the files there were opened and placed.
+    # A `.uri` of file:///some/folder, followed, would have the files there opened and placed.
     local = tmp_path / "local"
     for path, data in replica.input_files().items():
         (local / path).parent.mkdir(parents=True, exist_ok=True)
@@ -458,7 +458,8 @@ def test_the_bucket_metadata_leads_only_to_https():
 @pytest.mark.parametrize("name", ["eval.txt", "part-00003-of-00500"])
 def test_an_archive_member_over_its_size_is_refused_before_a_byte_is_written(
         bucket, replica, tables, tmp_path, capsys, monkeypatch, name):
-    # Each member was written whole (until the disk was full) before its md5 was checked.
+    # Unbounded, each member would be written whole (until the disk is full) before its md5
+    # is checked.
     monkeypatch.setattr(r2, "R2_RESULTS_MEMBER_MAX_BYTES", 1 << 20, raising=False)
     bomb = bytes(8 << 20)  # zeros: 8 MiB from a few KB of gzip
     replica.publish(bucket, processed=replica.processed_files({name: bomb}))

@@ -137,8 +137,8 @@ def extracted_text(dump, out, **kwargs):
 
 
 def test_paths_beginning_with_a_dash_are_paths(tmp_path, monkeypatch):
-    # They reached WikiExtractor's command line as they were: `-rf/.text.partial-PID` was an
-    # option to its argparse, which printed its usage (71 lines) and exited.
+    # Passed to WikiExtractor's command line as they are, `-rf/.text.partial-PID` would be an
+    # option to its argparse, which prints its usage (71 lines) and exits.
     monkeypatch.chdir(tmp_path)
     shutil.copy(MAGIC_WORDS_DUMP, "-magic.xml.bz2")
     extract.extract_dump(Path("-magic.xml.bz2"), Path("-rf/text"), processes=1)
@@ -361,7 +361,7 @@ def dump_with_a_huge_page(path: Path, megabytes: int) -> None:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("suffix", [".xml.bz2", ".xml.gz"])
 def test_a_page_larger_than_any_real_one_is_refused_in_bounded_memory(tmp_path, suffix):
-    # Each chunk used to be decompressed whole: a 200 MB page took 2.2 GB and 75 s (bz2).
+    # Decompressing each chunk whole, a 200 MB page takes 2.2 GB and 75 s (bz2).
     dump = tmp_path / f"huge{suffix}"
     dump_with_a_huge_page(dump, HUGE_PAGE_MB)
     measure = ("import resource, subprocess, sys\n"

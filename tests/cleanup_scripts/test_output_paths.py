@@ -120,8 +120,8 @@ def test_an_output_that_is_a_special_file_or_a_link_is_left_as_it_is(tmp_path, t
 
 
 def test_a_link_planted_at_a_temporary_name_is_never_written_through(tmp_path):
-    # Before: the temporary `.NAME.partial-PID` (a name anyone can foresee) was opened through
-    # the link, so the link's target got the output, and the link was renamed to NAME.
+    # Opened through the link, the temporary `.NAME.partial-PID` (a name anyone can foresee)
+    # would give the link's target the output, and the link would be renamed to NAME.
     victim, output = tmp_path / "victim", tmp_path / "out.txt"
     victim.write_text("not an output\n")
     temporary_name(output).symlink_to(victim)

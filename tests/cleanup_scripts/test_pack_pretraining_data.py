@@ -201,7 +201,7 @@ def _columns(count=4):
     (lambda c: c["masked_lm_positions"].__setitem__((1, 0), 50),
      "record 1: a masked position lies outside the sequence"),
     (lambda c: c["input_ids"].__setitem__((3, 0), -4), "record 3: input_ids holds a negative"),
-    # Values the packer used to pass on into its rows without a word:
+    # Values that, unchecked, would pass into the packed rows without a word:
     (lambda c: c["masked_lm_weights"].__setitem__((1, 0), np.nan),
      "record 1: masked_lm_weights holds nan, not 0 or 1"),
     (lambda c: c["next_sentence_labels"].__setitem__((2, 0), 7),
@@ -298,7 +298,8 @@ def test_a_record_claiming_a_terabyte_is_one_line_in_bounded_memory(tmp_path):
 
 
 def test_cli_names_a_fifo_or_device_input_for_what_it_is(real_records, tmp_path):
-    # A FIFO among the inputs was "input file does not exist"; it is there, but no file.
+    # A FIFO among the inputs exists but is no file: named as what it is, not "input file does
+    # not exist".
     fifo = tmp_path / "part-00001-of-00500"
     os.mkfifo(fifo)
     for special, kind in ((fifo, "a FIFO"), ("/dev/zero", "a character device")):
@@ -335,7 +336,7 @@ def _tree(root) -> dict[str, str]:
 ])
 def test_output_that_is_an_input_is_refused_before_anything_is_written(tmp_path, inputs,
                                                                         output, problem):
-    # Before: --output_file equal to the input (or its folder) overwrote it and exited 0.
+    # Unguarded, --output_file equal to the input (or its folder) overwrites it, exit 0.
     (tmp_path / "data").mkdir()
     for name in ("a", "b"):
         _write(tmp_path / "data" / name, _columns())
@@ -353,7 +354,7 @@ def test_output_that_is_an_input_is_refused_before_anything_is_written(tmp_path,
 
 
 def test_a_failing_multi_file_pack_leaves_no_output(tmp_path):
-    # Before: the files packed before the bad one stayed under their final names.
+    # Unguarded, the files packed before the bad one would stay under their final names.
     columns = _columns()
     _write(tmp_path / "a", columns)
     columns["input_mask"][2, 3] = 0
@@ -398,7 +399,7 @@ def test_temporaries_of_a_killed_packer_are_swept_by_the_next_run(tmp_path):
      "error: --max_seq_length=100000000: must be between 2 and 8192"),
 ])
 def test_packer_bounds_are_one_line_and_write_nothing(tmp_path, args, message):
-    # Before: a traceback (no inputs, a folder), a segfault (a row of 10^8 tokens).
+    # Unchecked: a traceback (no inputs, a folder), a segfault (a row of 10^8 tokens).
     (tmp_path / "data").mkdir()
     _write(tmp_path / "data" / "a", _columns())
     (tmp_path / "folder").mkdir()
@@ -411,8 +412,9 @@ def test_packer_bounds_are_one_line_and_write_nothing(tmp_path, args, message):
 
 
 def test_a_record_of_random_bytes_is_one_line_naming_it(tmp_path):
-    # TensorFlow's parse error quotes the bytes, which are no UTF-8: it was a UnicodeDecodeError
-    # traceback. The record is framed by TensorFlow's own writer: its CRCs are valid.
+    # TensorFlow's parse error quotes the bytes, which are no UTF-8: printed as is, a
+    # UnicodeDecodeError traceback. The record is framed by TensorFlow's own writer: its CRCs
+    # are valid.
     source = tmp_path / "mixed"
     _write(source, _columns(6))
     put_random_record(source, 4)

@@ -78,8 +78,8 @@ def test_fewer_records_than_asked_repeats_them(tmp_path, caplog):
 
 
 def test_repeats_of_a_record_are_written_a_batch_at_a_time(tmp_path):
-    # Every pick of one record was held before the batch was written: 10^12 picks from a
-    # 6-record file grew past 2.8 GB, 10^11 ended in a numpy traceback.
+    # Holding every pick of one record before writing the batch, 10^12 picks from a 6-record
+    # file grow past 2.8 GB, and 10^11 end in a numpy traceback.
     source = tmp_path / "in.tfrecord"
     write_synthetic_tfrecord(source, 1, 8, 2)
     output = tmp_path / "out.tfrecord"
@@ -90,7 +90,7 @@ def test_repeats_of_a_record_are_written_a_batch_at_a_time(tmp_path):
     assert list(read_records(output)) == synthetic_records(1, 8, 2) * count
 
 
-@pytest.mark.timeout(30)  # before the bound: records written until the disk was full
+@pytest.mark.timeout(30)  # unbounded: records written until the disk is full
 def test_more_records_than_the_disk_holds_is_one_line_before_reading(tmp_path):
     source = tmp_path / "in.tfrecord"
     write_synthetic_tfrecord(source, 6, 8, 2)

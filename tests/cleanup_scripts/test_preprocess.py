@@ -305,7 +305,7 @@ def test_finished_stage_whose_record_lacks_a_missing_output_redoes_it(first_run,
 
 def test_damaged_state_file_is_redone_with_a_warning(first_run, tmp_path):
     # A stage's marker in OUT/.state with bytes that are not UTF-8 (a bad disk, a stray
-    # write) used to end every re-run with a UnicodeDecodeError traceback.
+    # write) is read as no record, not a UnicodeDecodeError traceback at every re-run.
     output = tmp_path / "dataset"
     shutil.copytree(first_run, output)
     marker = output / ".state" / "clean"
@@ -323,8 +323,8 @@ def test_damaged_state_file_is_redone_with_a_warning(first_run, tmp_path):
 @pytest.mark.parametrize("listed", ["../victim.txt", "{victim}"])
 def test_state_record_naming_a_file_outside_the_output_deletes_nothing(first_run, tmp_path,
                                                                        listed):
-    # A finished stage's record whose output "changed" used to be unlinked by the next run,
-    # wherever it pointed: an output folder someone shared could delete the user's files.
+    # A finished stage's record whose output "changed" would have the next run unlink it,
+    # wherever it points: an output folder someone shared could delete the user's files.
     output, victim = tmp_path / "dataset", tmp_path / "victim.txt"
     shutil.copytree(first_run, output)
     victim.write_text("not preprocess's\n")
@@ -375,9 +375,9 @@ def test_a_build_without_the_manifests_record_gets_it_from_the_next_run(first_ru
                                      "work/cleaned/AA"])
 def test_a_link_planted_where_preprocess_writes_is_refused_before_anything_is_touched(
         first_run, tmp_path, planted):
-    # Before: a linked .state/lock was overwritten with the lock's text, a linked .state got
-    # the stage records, a linked results/ its parts replaced, a linked work/ lost the train/
-    # folder of the link's target, a linked text/ ended in a traceback (rmtree on a link).
+    # Followed: a linked .state/lock is overwritten with the lock's text, a linked .state gets
+    # the stage records, a linked results/ its parts replaced, a linked work/ loses the train/
+    # folder of the link's target, a linked text/ ends in a traceback (rmtree on a link).
     output, elsewhere = tmp_path / "dataset", tmp_path / "elsewhere"
     shutil.copytree(first_run, output)
     for stage in ("extract", "separate"):  # those stages (and all after them) run again

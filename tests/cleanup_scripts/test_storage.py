@@ -250,8 +250,8 @@ def test_upload_refuses_a_file_changed_since_the_manifest_before_sending_anythin
 
 @pytest.mark.parametrize("damage", ["emptied", "header only", "a row cut"])
 def test_upload_refuses_a_manifest_the_build_did_not_write(dataset, bucket, damage):
-    # An emptied manifest.tsv with the dataset deleted was uploaded, exit 0; the bucket then
-    # "downloaded" with 0 files.
+    # Unchecked, an emptied manifest.tsv with the dataset deleted is uploaded, exit 0, and the
+    # bucket then "downloads" with 0 files.
     manifest = dataset / "manifest.tsv"
     header, *rows = manifest.read_text().splitlines()
     if damage == "a row cut":

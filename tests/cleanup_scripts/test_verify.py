@@ -141,8 +141,8 @@ def preprocess_output(root: Path, rows: list[str]) -> Path:
     ("text/fifo", "is a FIFO, not a regular file"),
 ])
 def test_verify_refuses_a_manifest_row_leading_out_and_reads_nothing(tmp_path, row, reason):
-    # `verify --rehash` used to hash /etc/hostname for such a row and print its md5, and to
-    # read /dev/zero for ever.
+    # Followed, such a row has `verify --rehash` hash /etc/hostname and print its md5, or read
+    # /dev/zero for ever.
     secret = tmp_path / "secret"
     secret.write_text("root:$6$not-for-printing\n")
     root = tmp_path / "out"
@@ -163,7 +163,7 @@ def test_verify_refuses_a_manifest_row_leading_out_and_reads_nothing(tmp_path, r
 @pytest.mark.parametrize("preprocessed", [False, True])
 def test_verify_never_follows_a_link_out_of_the_tree_nor_quotes_what_it_leads_to(
         tmp_path, preprocessed):
-    # OUT/results/eval.md5 -> /etc/shadow: its first line used to be printed in the error.
+    # OUT/results/eval.md5 -> /etc/shadow: its first line must not reach the error.
     secret = tmp_path / "shadow"
     secret.write_text("root:$6$not-for-printing\n")
     root = tmp_path / "out"

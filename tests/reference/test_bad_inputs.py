@@ -26,8 +26,7 @@ from reference import input_pipeline
 from reference.bert_config import ConfigError, load_bert_config
 from reference.distribution import StrategyError, tf_config
 from reference.preflight import preflight
-from reference.run_flags import UsageError
-from reference.run_options import options_from_flags
+from reference.run_options import UsageError, options_from_flags
 from tests.conftest import REPO
 from tests.reference import synthetic_data
 from tests.reference.test_run_options import parse
@@ -146,7 +145,7 @@ def test_scan_follows_file_order_and_limit(tmp_path):
     assert input_pipeline.find_bad_record(files, LAYOUT).path == str(damaged)
     assert input_pipeline.find_bad_record(files, LAYOUT, limit=110) is None
     assert input_pipeline.find_bad_record(files, LAYOUT, limit=111).index == 10
-    assert input_pipeline.check_all_records(files, LAYOUT, "--eval_file", limit=110) == 110
+    assert input_pipeline.check_all_records(files, LAYOUT, limit=110) == 110
     assert input_pipeline.find_bad_record(files[:1], LAYOUT) is None
 
 
@@ -157,12 +156,11 @@ def test_first_records_of_every_training_file_are_checked(tmp_path):
     write_with_bad_record(Path(files[2]), 8, 0, seed=2, input_ids=ids(SEQ + 1))
     with pytest.raises(input_pipeline.InputError) as err:
         input_pipeline.check_first_records(files, LAYOUT)
-    assert str(err.value) == (f"--input_file: {files[2]}: records do not match --max_seq_length="
+    assert str(err.value) == (f"{files[2]}: records do not match --max_seq_length="
                               f"{SEQ} --max_predictions_per_seq={PRED} (record 0: feature "
                               f"input_ids has {SEQ + 1} values, expected --max_seq_length={SEQ})")
     Path(files[1]).write_bytes(b"")
-    with pytest.raises(input_pipeline.InputError, match=f"^--input_file: {files[1]}: holds no "
-                                                        "records$"):
+    with pytest.raises(input_pipeline.InputError, match=f"^{files[1]}: holds no records$"):
         input_pipeline.check_first_records(files, LAYOUT)
 
 
@@ -269,7 +267,7 @@ def demo_options(*extra: str):
 
 
 def test_memory_bound_stays_below_what_a_run_really_takes():
-    from reference.preflight import check_memory
+    from reference.run_options import check_memory
     options, config = demo_options()
     check_memory(options, config, int(1.49e9), on_cpu=True)  # measured peak RSS: 1.49 GB
     with pytest.raises(UsageError, match="^--train_batch_size=4096: a micro-step of 4,096 "
@@ -289,9 +287,9 @@ def test_memory_bound_stays_below_what_a_run_really_takes():
 
 
 def test_an_update_whose_micro_batches_cannot_fit_is_refused():
-    # The training stream holds an update's micro-batches parsed in one element; the bound
-    # was per micro-step only, so --steps_per_update had none.
-    from reference.preflight import check_memory
+    # The training stream holds an update's micro-batches parsed in one element: the bound
+    # holds the whole update, not only one micro-step, to the machine's memory.
+    from reference.run_options import check_memory
     steps = ("--num_train_steps=1000000", "--iterations_per_loop=100000",
              "--save_checkpoints_steps=100000", "--num_warmup_steps=0")
     check_memory(*demo_options("--steps_per_update=4", *steps), int(1.49e9), on_cpu=True)
@@ -327,7 +325,7 @@ def test_flag_errors_on_the_command_line(data, tmp_path, extra, message):
 
 
 def test_absurd_batch_on_the_command_line_is_one_line_at_once(data, tmp_path):
-    # It was a TensorFlow shape traceback after run_start, 40 s in.
+    # Unchecked, it is a TensorFlow shape traceback after run_start, 40 s in.
     out = tmp_path / "out"
     result = run_trainer(*run_args(data, out, train_batch_size=100_000_000), check=False,
                          timeout=120)
@@ -470,7 +468,7 @@ def test_eval_files_that_match_nothing_or_hold_nothing(data, tmp_path):
         preflight(options_from_flags(parse(*run_args({**data, "eval_file": str(empty)},
                                                        tmp_path / "out"))))
     pattern = str(tmp_path / "eval-*")
-    with pytest.raises(input_pipeline.InputError, match="^--eval_file=.*/eval-\\*: no file "
+    with pytest.raises(input_pipeline.InputError, match="^--eval_file: .*/eval-\\*: no file "
                                                         "matches$"):
         preflight(options_from_flags(parse(*run_args({**data, "eval_file": pattern},
                                                        tmp_path / "out"))))
@@ -479,7 +477,8 @@ def test_eval_files_that_match_nothing_or_hold_nothing(data, tmp_path):
 @pytest.mark.timeout(60)  # a FIFO that is read blocks: fail, not hang
 @pytest.mark.parametrize("flag", ["input_file", "eval_file", "bert_config_file"])
 def test_device_or_fifo_named_by_a_flag_is_named_for_what_it_is(data, tmp_path, flag):
-    # A FIFO would block the first read for ever; /dev/zero was "length CRC mismatch".
+    # A FIFO would block the first read for ever; /dev/zero would read as "length CRC
+    # mismatch".
     fifo = tmp_path / "part-00000-of-00001"
     os.mkfifo(fifo)
     for special, kind in ((fifo, "a FIFO"), ("/dev/zero", "a character device")):

@@ -135,7 +135,7 @@ def dataset_with(root: Path, layout: RecordLayout, damage) -> dict:
 
 @pytest.mark.parametrize("case", ["overlapping", "padding", "not-an-example"])
 def test_a_bad_record_mid_file_stops_training_in_one_line_naming_it(tmp_path, case):
-    # Before: only the first record of each training file was checked; these trained, exit 0.
+    # Preflight checks only the first record of each training file: these fail mid-run.
     layout, damage, problem = CASES.get(case, (UNPACKED, b"\x0a\x08\x0a\x06\x0a\x02\xff\xfe"
                                                b"\x12\x00", "not a tf.train.Example ('utf-8' "
                                                "codec can't decode byte 0xff in position 0: "

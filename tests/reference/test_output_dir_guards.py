@@ -18,7 +18,7 @@ import pytest
 
 from benchmark.files import RefusedOutput
 from reference.preflight import check_output_dir_holds_no_input
-from reference.run_flags import UsageError
+from reference.run_options import UsageError
 from reference.run_log import LogFile
 from reference.run_outputs import output_dir_lock
 from tests.conftest import REPO
@@ -41,7 +41,7 @@ def run_starts(out: Path) -> int:
 
 def test_a_second_trainer_into_a_held_output_dir_is_refused_and_a_killed_holder_blocks_nothing(
         data, tmp_path):
-    # Before: both trainers ran, interleaved one mlperf.log and wrote each other's checkpoints.
+    # Unlocked, both trainers run, interleave one mlperf.log and write each other's checkpoints.
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2")
     holder = subprocess.Popen(
@@ -73,7 +73,7 @@ def test_a_second_trainer_into_a_held_output_dir_is_refused_and_a_killed_holder_
 
 
 def test_a_started_run_whose_checkpoints_are_all_damaged_is_refused(data, tmp_path):
-    # Before: the run started again from random weights in the same folder and appended a
+    # Unguarded, the run starts again from random weights in the same folder and appends a
     # second run_start to the old log.
     out = tmp_path / "out"
     first = run_cli(data, out, stop_steps=8)
@@ -154,8 +154,8 @@ def _link_line(path: Path, victim: Path) -> str:
 @pytest.mark.parametrize("name", [".lock", "tensorflow.log"])
 def test_a_link_planted_where_a_run_writes_is_refused_before_anything_is_written(
         data, tmp_path, name):
-    # Before: the lock's text overwrote the link's target; TensorFlow's messages were appended
-    # to it when the run ended.
+    # Followed, the link would let the lock's text overwrite its target, and TensorFlow's
+    # messages be appended to it when the run ended.
     out, victim = tmp_path / "out", tmp_path / "victim"
     _plant(out, name, victim)
     before = _tree(tmp_path)
@@ -168,9 +168,9 @@ def test_a_link_planted_where_a_run_writes_is_refused_before_anything_is_written
                                   "eval_results.txt", "model.ckpt-8_temp", ".lock-worker-1",
                                   ".worker-1", "checkpoint"])
 def test_every_entry_a_run_writes_or_deletes_is_checked_for_links(data, tmp_path, name):
-    # Before: mlperf.log and eval_history.csv were appended to the link's target, TensorBoard's
-    # events went into a linked train/, and a linked save folder (model.ckpt-N_temp) was
-    # emptied by the orphan sweep at the start. Now preflight refuses each, before any write.
+    # Followed, a link would take mlperf.log's and eval_history.csv's lines to its target,
+    # TensorBoard's events into a linked train/, and the orphan sweep at the start would empty
+    # a linked save folder (model.ckpt-N_temp). Preflight refuses each, before any write.
     out, victim = tmp_path / "out", tmp_path / "victim"
     _plant(out, name, victim)
     with pytest.raises(RefusedOutput, match=f"^{re.escape(_link_line(out / name, victim))}$"):

@@ -18,8 +18,8 @@ from cleanup_scripts.pretraining_features import RecordLayout
 from reference import input_pipeline, presets
 from reference.preflight import preflight
 from reference.optimizer_settings import DEFAULT_OPTIMIZER
-from reference.run_flags import UsageError, define_flags, read_flags
-from reference.run_options import options_from_flags
+from reference.run_flags import define_flags, read_flags
+from reference.run_options import UsageError, options_from_flags
 from tests.reference import synthetic_data
 
 
@@ -77,7 +77,7 @@ def test_bad_flags_are_one_line_usage_errors(data, tmp_path, extra, message):
 
 
 def test_files_that_do_not_fit_are_input_errors(data, tmp_path):
-    with pytest.raises(input_pipeline.InputError, match=r"--input_file=.*/none-\*: no file "
+    with pytest.raises(input_pipeline.InputError, match=r"--input_file: .*/none-\*: no file "
                                                         r"matches$"):
         preflight(options_from_flags(parse(*base_args(data, tmp_path,
                                                         input_file=tmp_path / "none-*"))))

@@ -306,7 +306,7 @@ def test_missing_eval_file_is_reported_before_training(small_data, tmp_path):
                          f"--output_dir={tmp_path / 'out'}", check=False)
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
-    assert last == f"error: --eval_file={data['eval_file']}: no file matches"
+    assert last == f"error: --eval_file: {data['eval_file']}: no file matches"
     assert not (tmp_path / "out" / "mlperf.log").exists()
 
 

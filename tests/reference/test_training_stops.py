@@ -53,7 +53,7 @@ def assert_stopped_with_finite_checkpoints(result, out: Path) -> int:
 
 
 def test_nan_in_the_data_stops_the_run_at_the_step(data, tmp_path):
-    # Before: NaN masked_lm_weights gave NaN losses to the end, accuracy 0 and exit 0.
+    # Unchecked, NaN masked_lm_weights give NaN losses to the end, accuracy 0 and exit 0.
     bad = with_bad_record(data, tmp_path, "part-00001-of-00002", 60,
                           masked_lm_weights=(0, np.nan))
     out = tmp_path / "out"
@@ -64,7 +64,7 @@ def test_nan_in_the_data_stops_the_run_at_the_step(data, tmp_path):
 
 def test_a_huge_learning_rate_stops_the_run_and_keeps_the_last_finite_checkpoint(data,
                                                                                    tmp_path):
-    # Before: --learning_rate=1e30 trained NaN weights to the end and saved them, exit 0.
+    # Unchecked, --learning_rate=1e30 trains NaN weights to the end and saves them, exit 0.
     out = tmp_path / "out"
     result = run_cli(data, out, learning_rate=1e30, iterations_per_loop=1,
                      save_checkpoints_steps=1)

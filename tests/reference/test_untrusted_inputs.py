@@ -32,9 +32,9 @@ from cleanup_scripts.pretraining_features import RecordLayout
 from reference import input_pipeline
 from reference.preflight import CheckedInputs, preflight
 from reference.resume import peek_progress
-from reference.run_flags import UsageError, define_flags
+from reference.run_flags import define_flags
 from reference.run_loop import train
-from reference.run_options import RunOptions, options_from_flags
+from reference.run_options import RunOptions, UsageError, options_from_flags
 from reference.bert_config import load_bert_config
 from reference.error_text import OutputError
 from reference.run_log import LogFile
@@ -122,8 +122,8 @@ def trainer_for(data: dict) -> Trainer:
 # ------------------------------------------------------------------------------ resume flags
 def test_resume_with_another_batch_size_is_refused_before_init_start(data, stopped,
                                                                        tmp_path):
-    # Before: the run went on with batch 16 (from step 12, 96 samples, the next eval "due" at
-    # update 8 lay behind it: block_start epoch_count -64, for ever, without training).
+    # Unchecked, the run goes on with batch 16 (from step 12, 96 samples, the next eval "due"
+    # at update 8 lies behind it: block_start epoch_count -64, for ever, without training).
     out = copy_run(stopped, tmp_path)
     log_before = (out / "mlperf.log").read_text()
     result = run_cli(data, out, train_batch_size=16)
@@ -240,7 +240,8 @@ def test_run_settings_nested_too_deep_are_one_line(tmp_path):
 
 def test_inconsistent_counters_end_with_an_internal_error_not_a_loop(data, stopped, tmp_path):
     # A crafted checkpoint: 0 samples at step 12, so the eval "due" at update 8 lies behind.
-    # The loop used to log block_start with a negative epoch_count, for ever, without training.
+    # Unguarded, the loop would log block_start with a negative epoch_count for ever, without
+    # training.
     out = copy_run(stopped, tmp_path)
     prefix = str(out / f"{CHECKPOINT_NAME}-{STOPPED_AT}")
     trainer = trainer_for(data)
@@ -352,8 +353,8 @@ def test_training_stream_asserts_the_id_ranges(tmp_path):
 
 
 def test_id_out_of_range_mid_training_is_named_and_the_log_ends_aborted(data, tmp_path):
-    # masked_lm_ids only feed one_hot, which gives zeros for an id out of range: before, the
-    # run trained on the record without a word.
+    # masked_lm_ids only feed one_hot, which gives zeros for an id out of range: unchecked,
+    # the run would train on the record without a word.
     bad = with_bad_record(data, tmp_path, "part-00001-of-00002", BAD_INDEX,
                           masked_lm_ids=(1, VOCAB + 3))
     out = tmp_path / "out"
@@ -427,7 +428,7 @@ def test_log_file_keeps_a_failed_write_for_check(capsys):
 
 @needs_dev_full
 def test_mlperf_log_on_a_full_disk_is_one_line_before_init_start(data, tmp_path):
-    # Before: the logging module printed a traceback for every record and the run went on.
+    # Unhandled, the logging module prints a traceback for every record and the run goes on.
     out = tmp_path / "out"
     result = run_cli(data, out, mlperf_log=FULL)
     assert_one_error_line(result, f"error: --mlperf_log: {FULL}: cannot write (No space left "
