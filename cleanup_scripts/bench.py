@@ -49,9 +49,9 @@ from pathlib import Path
 
 from benchmark import constants
 from benchmark.errors import exit_on_user_error
+from benchmark.files import InputError, atomic_output, ensure_dir
 from cleanup_scripts import (PUNKT_ENGLISH_DIR, SAMPLE_DUMP, VOCAB_FILE, checksums, dump_chunks,
                              wikiextractor_275)
-from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir
 from cleanup_scripts.pretraining_features import count_records
 from cleanup_scripts.tfrecord_digest import tfrecord_digest
 

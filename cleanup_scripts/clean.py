@@ -20,7 +20,7 @@ import time
 from typing import Iterator
 
 from benchmark.errors import exit_on_user_error
-from cleanup_scripts.fileio import InputError, atomic_output
+from benchmark.files import InputError, atomic_output
 from cleanup_scripts.runner import StageSummary, report
 
 # Lines removed whole, each with a literal that such a line must contain: a leftover

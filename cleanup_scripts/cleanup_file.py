@@ -16,7 +16,7 @@ import io
 from typing import Sequence
 
 from benchmark.errors import exit_on_user_error
-from cleanup_scripts.fileio import InputError, atomic_output
+from benchmark.files import InputError, atomic_output
 from cleanup_scripts.runner import run_suffix_stage
 
 

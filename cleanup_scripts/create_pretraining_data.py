@@ -58,9 +58,9 @@ from tqdm import tqdm
 from benchmark import constants
 from benchmark.capacity import require_disk, require_memory
 from benchmark.errors import exit_on_user_error
-from benchmark.files import check_output, refuse_outputs_over_inputs
+from benchmark.files import (InputError, atomic_output, check_output, ensure_dir, expand_inputs,
+                             refuse_outputs_over_inputs)
 from cleanup_scripts import VOCAB_FILE
-from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir, expand_inputs
 from cleanup_scripts.pretraining_features import (PretrainingEncoder, feature_spec,
                                                   smallest_record_bytes)
 from cleanup_scripts.pretraining_instances import (KEEP, MAX_SEQ_LENGTH, Corpus, Instances,

@@ -20,7 +20,7 @@ import io
 from typing import Iterable
 
 from benchmark.errors import exit_on_user_error
-from cleanup_scripts.fileio import InputError, atomic_output
+from benchmark.files import InputError, atomic_output
 from cleanup_scripts.runner import run_suffix_stage
 from cleanup_scripts.sentence_splitter import get_splitter
 

@@ -59,9 +59,8 @@ from typing import Iterator
 
 from benchmark import constants
 from benchmark.errors import exit_on_user_error
-from benchmark.files import check_output
-from cleanup_scripts.fileio import (DiskFullError, InputError, disk_full, ensure_dir,
-                                    require_regular_file, temporary_name)
+from benchmark.files import (DiskFullError, InputError, check_output, disk_full, ensure_dir,
+                             require_regular_file, temporary_name)
 from cleanup_scripts import dump_chunks, wikiextractor_275
 from cleanup_scripts.runner import StageProgress, StageSummary, report
 

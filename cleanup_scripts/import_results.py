@@ -16,9 +16,9 @@ from pathlib import Path
 from absl import logging
 
 from benchmark import files
+from benchmark.files import InputError, ensure_dir, refuse_special_file
 from cleanup_scripts import checksums
 from cleanup_scripts.artifacts import place
-from cleanup_scripts.fileio import InputError, ensure_dir, refuse_special_file
 from cleanup_scripts.layout import DatasetLayout
 from cleanup_scripts.ledger import DamagedState, Entry, OutputLedger, read_state, write_entries
 from cleanup_scripts.runner import StageProgress, StageSummary, map_in_workers, total_bytes

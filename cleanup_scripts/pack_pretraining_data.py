@@ -49,12 +49,11 @@ import numpy as np
 from absl import app, flags
 
 from benchmark import constants
-from benchmark.errors import exit_on_user_error
+from benchmark.errors import exit_on_user_error, printable
+from benchmark.files import (InputError, check_output, create_new, disk_full, ensure_dir,
+                             expand_inputs, refuse_outputs_over_inputs, remove_stale_temporaries,
+                             replace_output, temporary_name)
 from cleanup_scripts.create_pretraining_data import range_indices
-from benchmark.files import (check_output, create_new, refuse_outputs_over_inputs,
-                             remove_stale_temporaries, replace_output)
-from cleanup_scripts.fileio import (InputError, disk_full, ensure_dir, expand_inputs, printable,
-                                    temporary_name)
 from cleanup_scripts.packing import PackStats, Rows, most_per_row, pack_lengths
 from cleanup_scripts.pretraining_features import (RecordLayout, encode_examples, feature_problem,
                                                   read_records, tf_feature_spec, tf_parse_errors,

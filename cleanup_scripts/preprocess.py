@@ -29,13 +29,13 @@ from absl import app, flags, logging
 
 from benchmark import constants, files
 from benchmark.errors import exit_on_user_error
+from benchmark.files import (DiskFullError, InputError, ensure_dir, exclusive_lock,
+                             require_regular_file)
 from cleanup_scripts import SAMPLE_DUMP, VOCAB_FILE
 from cleanup_scripts import create_pretraining_data as pretraining
 from cleanup_scripts import checksums, extract, import_results, pick_eval_samples, process_wiki
 from cleanup_scripts.artifacts.transfer import fetch
 from cleanup_scripts.do_gather import GatherSource
-from cleanup_scripts.fileio import (DiskFullError, InputError, ensure_dir, exclusive_lock,
-                                    require_regular_file)
 from cleanup_scripts.layout import DatasetLayout
 from cleanup_scripts.ledger import (Entry, read_marker, read_state, write_manifest, write_marker,
                                     write_state)

@@ -50,9 +50,8 @@ from typing import Iterator, Mapping
 import numpy as np
 import tensorflow as tf
 
-from benchmark.errors import one_line
+from benchmark.errors import one_line, printable
 from benchmark.files import InputError, file_kind
-from cleanup_scripts.fileio import printable
 from cleanup_scripts.pretraining_features import (DecodeError, FramingError, RecordLayout,
                                                   decode_example, feature_problem,
                                                   framed_records, packed_row_problem,

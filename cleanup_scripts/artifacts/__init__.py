@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from benchmark.errors import printable
-from benchmark.files import md5_file
-from cleanup_scripts.fileio import InputError, atomic_output, disk_full, ensure_dir, temporary_name
+from benchmark.files import (InputError, atomic_output, disk_full, ensure_dir, md5_file,
+                             temporary_name)
 
 
 def _causes(err: BaseException) -> Iterator[BaseException]:

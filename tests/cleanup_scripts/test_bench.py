@@ -5,10 +5,10 @@ import re
 
 import pytest
 
+from benchmark.files import InputError
 from cleanup_scripts import bench
 from cleanup_scripts.bench import Measurement
 from cleanup_scripts.create_pretraining_data import write_pretraining_data
-from cleanup_scripts.fileio import InputError
 from cleanup_scripts.pretraining_features import count_records
 
 

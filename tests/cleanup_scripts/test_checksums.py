@@ -5,9 +5,9 @@ import subprocess
 
 import pytest
 
+from benchmark.files import InputError
 import cleanup_scripts
 from cleanup_scripts import checksums
-from cleanup_scripts.fileio import InputError
 
 
 def test_table_holds_every_official_artifact_with_md5_and_size():

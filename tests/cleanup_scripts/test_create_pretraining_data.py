@@ -17,16 +17,16 @@ import numpy as np
 import pytest
 
 from benchmark.capacity import free_disk_bytes, gigabytes, host_memory_bytes
+from benchmark.files import InputError
 from cleanup_scripts import VOCAB_FILE
 from cleanup_scripts.create_pretraining_data import INSTANCE_BYTES, write_pretraining_data
-from cleanup_scripts.fileio import InputError
 from cleanup_scripts.pretraining_features import (PretrainingEncoder, encode_examples,
                                                   feature_spec, frame_record, read_records,
                                                   smallest_record_bytes)
+from cleanup_scripts.tfrecord_digest import tfrecord_digest
 from tests.conftest import run_module
 from tests.pretraining_cases import (FIXTURES, case_flags, flag_args, load_cases, mlperf_digests,
                                      write_vocab)
-from cleanup_scripts.tfrecord_digest import tfrecord_digest
 
 CASES = load_cases()["create"]
 MODULE = "cleanup_scripts.create_pretraining_data"

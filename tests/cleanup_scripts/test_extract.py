@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from benchmark.errors import exit_on_user_error
+from benchmark.files import InputError
 import cleanup_scripts
 from cleanup_scripts import dump_chunks, extract, wikiextractor_275
-from cleanup_scripts.fileio import InputError
 from tests.cleanup_scripts import dump_cases
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
+from benchmark.files import InputError
 from cleanup_scripts import ledger as state_files
-from cleanup_scripts.fileio import InputError
 from cleanup_scripts.ledger import (STATE_LIMIT, DamagedState, Entry, OutputLedger, read_marker,
                                     read_state, write_entries, write_marker)
 

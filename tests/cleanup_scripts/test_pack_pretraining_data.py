@@ -12,8 +12,8 @@ import subprocess
 import numpy as np
 import pytest
 
+from benchmark.files import InputError, expand_inputs
 from cleanup_scripts.create_pretraining_data import write_pretraining_data
-from cleanup_scripts.fileio import InputError, expand_inputs
 from cleanup_scripts.pack_pretraining_data import (PackOptions, output_paths, pack_files,
                                                    read_sequences)
 from cleanup_scripts.packing import assign_sequences, length_histogram, pack_plan

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from benchmark.files import exclusive_lock
 import cleanup_scripts
+from cleanup_scripts.tfrecord_digest import tfrecord_digest
 from tests.cleanup_scripts.test_download import FileServer
 from tests.conftest import REPO, md5_of, read_md5_manifest, run_module
-from cleanup_scripts.fileio import exclusive_lock
-from cleanup_scripts.tfrecord_digest import tfrecord_digest
 
 STAGES = {"extract", "clean", "segment", "separate", "gather", "tfrecords", "eval_10k",
           "manifest"}

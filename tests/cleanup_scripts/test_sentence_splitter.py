@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from nltk.tokenize.punkt import PunktSentenceTokenizer
 
+from benchmark.files import InputError
 import cleanup_scripts
 from cleanup_scripts import sentence_splitter
 from cleanup_scripts.do_sentence_segmentation import segment_file, segment_lines
-from cleanup_scripts.fileio import InputError
 from cleanup_scripts.sentence_splitter import (PunktSentenceSplitter, get_splitter,
                                                load_parameters, split_sentences)
 from tests.cleanup_scripts.punkt_oracle import PERIOD_CONTEXT, nltk_parameters, oracle_split

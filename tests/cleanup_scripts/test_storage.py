@@ -27,10 +27,10 @@ import pytest
 pytest.importorskip("gcp_storage_emulator", reason="the GCS emulator (test extra) is needed")
 google_crc32c = pytest.importorskip("google_crc32c")
 
+from benchmark.files import InputError  # noqa: E402
 import cleanup_scripts  # noqa: E402
 from cleanup_scripts import checksums  # noqa: E402
 from cleanup_scripts.artifacts import storage, transfer, verify_bucket  # noqa: E402
-from cleanup_scripts.fileio import InputError  # noqa: E402
 from cleanup_scripts.layout import DatasetLayout  # noqa: E402
 from cleanup_scripts.ledger import Entry, write_manifest  # noqa: E402
 from tests.cleanup_scripts.range_server import loopback  # noqa: E402

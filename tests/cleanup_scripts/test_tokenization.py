@@ -15,8 +15,8 @@ from array import array
 
 import pytest
 
+from benchmark.files import InputError
 from cleanup_scripts import VOCAB_FILE, tokenization
-from cleanup_scripts.fileio import InputError
 from cleanup_scripts.tokenization import (BasicTokenizer, FullTokenizer, WordpieceTokenizer,
                                           clean_text, load_vocab)
 from tests.pretraining_cases import FIXTURES, sweep_lines, write_vocab
