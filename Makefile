@@ -129,7 +129,7 @@ upload:
 		--nworker=$(call q,$(NWORKER))
 
 verify:
-	$(PY) -m cleanup_scripts.verify $(call q,$(or $(BUCKET),$(DIR)))
+	$(PY) -m cleanup_scripts.artifacts.verify $(call q,$(or $(BUCKET),$(DIR)))
 
 train:
 	$(PY) -m reference.run_pretraining $(TRAIN_FLAGS) $(TRAIN_ARGS)

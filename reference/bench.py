@@ -209,8 +209,8 @@ def packed_batches(batches: list[dict], batch_size: int, seq_length: int) -> tup
 
     from cleanup_scripts.pack_pretraining_data import (PackOptions, row_columns, row_order,
                                                        sequences_from_columns)
-    from cleanup_scripts.packing import most_per_row
-    from cleanup_scripts.pretraining_features import RecordLayout
+    from cleanup_scripts.packing.plan import most_per_row
+    from cleanup_scripts.records.pretraining_features import RecordLayout
     columns = {key: np.concatenate([batch[key] for batch in batches]) for key in batches[0]}
     data = sequences_from_columns(columns)
     options = PackOptions(seq_length, batches[0]["masked_lm_positions"].shape[1], 3, SEED)

@@ -20,7 +20,7 @@ from reference.run_flags import UsageError, require
 from reference.run_options import RunOptions
 
 if TYPE_CHECKING:  # TensorFlow-importing modules are imported where used (fast --help)
-    from cleanup_scripts.pretraining_features import RecordLayout
+    from cleanup_scripts.records.pretraining_features import RecordLayout
     from reference.bert_config import BertConfig
     from reference.input_pipeline import IdRanges, PackedCount
 

@@ -24,7 +24,7 @@ from typing import BinaryIO, Callable, Iterator, Mapping
 
 from benchmark.errors import printable
 from benchmark.files import InputError, ensure_dir, md5_file, resolve_inside
-from cleanup_scripts import checksums
+from cleanup_scripts.artifacts import checksums
 from cleanup_scripts.artifacts import place, verified, write_checked
 from cleanup_scripts.artifacts.transfer import CHUNK_SIZE, LoginRequired, fetch
 

@@ -9,7 +9,7 @@ from benchmark.files import InputError
 from cleanup_scripts import bench
 from cleanup_scripts.bench import Measurement
 from cleanup_scripts.create_pretraining_data import write_pretraining_data
-from cleanup_scripts.pretraining_features import count_records
+from cleanup_scripts.records.pretraining_features import count_records
 
 
 def test_projection_is_limited_by_memory_per_core():
