@@ -1,6 +1,6 @@
 """`make bench` (data pipeline): our stages against the reference scripts, side by side.
 
-    python -m cleanup_scripts.bench --reference_dir=PATH/retired_benchmarks/bert/cleanup_scripts \\
+    python -m devtools.bench_data --reference_dir=PATH/retired_benchmarks/bert/cleanup_scripts \\
         [--dump=SAMPLE.xml.bz2] [--dump_copies=4] \\
         [--text_dir=build/dataset/text] [--text_copies=8] [--text_only] \\
         [--part=build/dataset/results/part-00000-of-00500] [--part_copies=8] \\
