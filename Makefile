@@ -129,7 +129,7 @@ upload:
 		--nworker=$(call q,$(NWORKER))
 
 verify:
-	$(PY) -m cleanup_scripts.verify $(call q,$(or $(BUCKET),$(DIR)))
+	$(PY) -m cleanup_scripts.artifacts.verify $(call q,$(or $(BUCKET),$(DIR)))
 
 train:
 	$(PY) -m reference.run_pretraining $(TRAIN_FLAGS) $(TRAIN_ARGS)
@@ -152,11 +152,11 @@ example-submission:
 bench: bench-data bench-train
 
 bench-data:
-	$(PY) -m cleanup_scripts.bench --reference_dir=$(call q,$(REFERENCE_DIR)) \
+	$(PY) -m devtools.bench_data --reference_dir=$(call q,$(REFERENCE_DIR)) \
 		--text_dir=$(call q,$(OUT)/text) --part=$(call q,$(OUT)/results/part-00000-of-00500) $(BENCH_ARGS)
 
 bench-train:
-	$(PY) -m reference.bench --reference_dir=$(call q,$(REFERENCE_BERT)) $(BENCH_TRAIN_ARGS)
+	$(PY) -m devtools.bench_train --reference_dir=$(call q,$(REFERENCE_BERT)) $(BENCH_TRAIN_ARGS)
 
 # The trainer's update as one XLA HLO module (BERT-large, 96 packed sequences, bf16), and its
 # timer: jaxlib's XLA on the device jax finds, where TensorFlow need not be installed (a GPU

@@ -13,7 +13,7 @@ for each log the round its innermost `training_results_vX.Y` folder names, else 
 `:::MLLOG` records point to; a result folder or a tree is checked under its first log's).
 With --format json everything is one JSON object on stdout; with csv or markdown the table goes
 to stdout and the problem lines to stderr. Text from the input (file names, log values) is
-printed escaped (`benchmark.problems.printable`) in every format, and output never fails on
+printed escaped (`benchmark.errors.printable`) in every format, and output never fails on
 the terminal's encoding (backslash escapes). Whatever the tree, a check reads it in bounded
 memory and time (`benchmark.submission`) and ends in exactly one verdict line.
 """
@@ -32,16 +32,16 @@ from typing import Iterator, Sequence, TextIO
 
 from tqdm import tqdm
 
-from benchmark.errors import UserError
+from benchmark import summary
+from benchmark.errors import UserError, printable
 from benchmark.files import walk_files
 from benchmark.log_check import LogReport, check_log
+from benchmark.mllog_parse import ReadBudget
 from benchmark.official import PackageOutcome, RcpOutcome, available_rulesets
+from benchmark.problems import ERROR, Problem, count_errors, sort_key
 from benchmark.rulesets import (DEFAULT_RULESET, GIVEN, LAST_BERT_ROUND, NOT_GIVEN, RULESETS,
                                ruleset as ruleset_facts)
-from benchmark.mllog_parse import ReadBudget
-from benchmark.problems import ERROR, Problem, count_errors, printable, sort_key
 from benchmark.submission import RESULT_NAME, check_result_folder, check_submission
-from benchmark import summary
 
 FORMATS = ("text", "json", "csv", "markdown")
 PROGRESS_FROM = 20  # logs; fewer are checked without a progress bar

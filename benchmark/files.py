@@ -1,5 +1,5 @@
-"""Low file helpers every layer may use: atomic outputs, output folders, md5 hashing, and the
-one-line errors they raise.
+"""Safe file access, the one home for every layer: atomic outputs, output folders, input
+discovery, locks, md5 hashing, and the one-line errors they raise.
 
 `atomic_output` writes beside the final name and renames only on success; `ensure_dir` makes an
 output folder or says in one line why it cannot; `md5_file` hashes a file in 1 MiB chunks.
@@ -12,18 +12,24 @@ limit (never a FIFO or a device), `link_outside` tells a link leaving a tree, `r
 checks a path a record names (relative, inside its tree, a regular file; its text alone:
 `relative_path_problem`), `walk_files`
 walks to a bounded depth without recursion, `scratch_dir` makes a temporary folder that a later
-run removes if its process died.
+run removes if its process died. `expand_inputs` turns a glob into the sorted input files a stage
+reads (each a regular file: `require_regular_file`, `refuse_special_file`); `exclusive_lock`
+lets one process at a time write into a folder.
 `InputError` (a `UserError`) names the file or folder at fault; `DiskFullError` says the disk
 filled up while writing it.
 """
 from __future__ import annotations
 
 import contextlib
+import datetime
 import errno
+import fcntl
 import fnmatch
+import glob
 import hashlib
 import os
 import shutil
+import socket
 import stat
 import tempfile
 import time
@@ -201,6 +207,49 @@ def size_words(count: int) -> str:
         if count >= 1 << shift:
             return f"{count:,} bytes ({count / (1 << shift):.1f} {unit})"
     return f"{count:,} bytes"
+
+
+def refuse_special_file(path: str | os.PathLike) -> None:
+    """InputError "<path>: is not a regular file (a FIFO)" if `path` is a device, FIFO or
+    socket; nothing for a regular file, a folder or a missing path (the caller's open() names
+    those). Only stat()ed: a FIFO cannot block this, nor /dev/zero feed it."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise InputError(f"{printable(path)}: is not a regular file ({file_kind(mode)})")
+
+
+def require_regular_file(path: str | os.PathLike, what: str = "input file") -> None:
+    """InputError naming `path` unless it is a regular file (or a link to one): "does not
+    exist", "is a directory", or "is not a regular file (a FIFO)" for a device, FIFO or
+    socket. Only stat()ed, never opened: a FIFO cannot block this, nor /dev/zero feed it."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise InputError(f"{printable(path)}: {what} does not exist") from None
+    except OSError as err:
+        raise InputError(f"{printable(path)}: cannot read {what} ({err.strerror})") from err
+    if stat.S_ISDIR(mode):
+        article = "an" if what[:1] in "aeiou" else "a"
+        raise InputError(f"{printable(path)}: is a directory, not {article} {what}")
+    if not stat.S_ISREG(mode):
+        raise InputError(f"{printable(path)}: is not a regular file ({file_kind(mode)})")
+
+
+def expand_inputs(pattern: str, suffix: str = "") -> list[str]:
+    """Return the sorted paths matching a glob `pattern` (with `~` expanded).
+
+    Raises InputError when nothing matches, or when `match + suffix`, the file a
+    reference-style stage reads, is missing or no regular file (`require_regular_file`).
+    """
+    paths = sorted(glob.glob(os.path.expanduser(pattern)))
+    if not paths:
+        raise InputError(f"{printable(pattern)}: no input files match")
+    for path in paths:
+        require_regular_file(path + suffix)
+    return paths
 
 
 def open_regular(path: str | os.PathLike, limit: int) -> IO[bytes]:
@@ -425,6 +474,51 @@ def open_output(path: str | os.PathLike, append: bool = False, mode: int = 0o644
     except BaseException:
         os.close(fd)
         raise
+
+
+def _holder(descriptor: int) -> str:
+    """The holder line a lock file opened as `descriptor` keeps (waiting up to a second for
+    a holder that has just taken the lock to write it)."""
+    for _ in range(20):
+        line = os.pread(descriptor, 4096, 0).decode(errors="replace")
+        if line.endswith("\n"):
+            return line.strip()
+        time.sleep(0.05)
+    return "holder unknown"
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: str | os.PathLike, directory: str | os.PathLike, what: str
+                   ) -> Iterator[None]:
+    """Hold an exclusive lock on the file `path` (created if needed) for the block.
+
+    The lock guards `directory` for one `what` (e.g. "preprocess") at a time. It is a
+    `flock` lock: the OS releases it when the holder and every process forked from it have
+    ended, however they ended (kill -9 included). The file keeps its last holder's pid, host
+    and start time. If another process holds it, InputError says who, and nothing is written;
+    a link or a special file at `path` is RefusedOutput naming it (never followed nor opened).
+    """
+    try:
+        descriptor = open_output(path)
+    except OSError as err:
+        raise InputError(f"{path}: cannot open lock file ({err.strerror})") from err
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InputError(f"{directory}: another {what} is writing into this directory "
+                             f"({_holder(descriptor)}); wait for it to end or stop it") from None
+        started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+        line = f"pid {os.getpid()} on {socket.gethostname()}, started {started}\n"
+        try:
+            os.ftruncate(descriptor, 0)
+            os.pwrite(descriptor, line.encode(), 0)
+        except OSError as err:
+            raise disk_full(path, err) or InputError(
+                f"{path}: cannot write lock file ({err.strerror})") from err
+        yield
+    finally:
+        os.close(descriptor)
 
 
 def create_new(path: str | os.PathLike, mode: str = "wb", **open_kwargs) -> IO:

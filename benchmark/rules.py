@@ -72,7 +72,7 @@ class Rule:
     different eval schedule and eval set (None: the same severity).
     `beyond_official`: the rule enforces a training-rule sentence that the official
     compliance checker does not test, so an accepted result may break it
-    (`benchmark.agreement` lists those instead of counting them as disagreements).
+    (`devtools.agreement` lists those instead of counting them as disagreements).
     """
     name: str
     severity: str

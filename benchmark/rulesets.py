@@ -35,7 +35,7 @@ class Ruleset:
         is downgraded, with the reason shown to the user.
     checker_tag: the git tag (or commit) of mlcommons/logging whose checker MLCommons ran
         that round: the round's last release tag, unless it cannot check BERT logs
-        (`benchmark.round_checker` runs it).
+        (`devtools.round_checker` runs it).
     status_aliases: (value, canonical) pairs: a systems/*.json status the round's
         system-description checker accepted (compared in lower case) that the installed one
         refuses, and the value the installed one takes for it.

@@ -16,9 +16,9 @@ from typing import Sequence
 
 import pandas as pd
 
-from benchmark.errors import UserError
+from benchmark.errors import UserError, printable
 from benchmark.log_check import LogReport
-from benchmark.problems import count_errors, printable
+from benchmark.problems import count_errors
 
 COLUMNS = ["run", "status", "minutes", "samples_to_converge", "final_accuracy", "evals",
            "errors", "scored"]

@@ -16,8 +16,8 @@ import io
 from typing import Sequence
 
 from benchmark.errors import exit_on_user_error
-from cleanup_scripts.fileio import InputError, atomic_output
-from cleanup_scripts.runner import run_suffix_stage
+from benchmark.files import InputError, atomic_output
+from cleanup_scripts.pipeline.runner import run_suffix_stage
 
 
 def _without_blank_and_footer_lines(lines: Sequence[str]) -> list[str]:

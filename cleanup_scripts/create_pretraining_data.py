@@ -58,15 +58,15 @@ from tqdm import tqdm
 from benchmark import constants
 from benchmark.capacity import require_disk, require_memory
 from benchmark.errors import exit_on_user_error
-from benchmark.files import check_output, refuse_outputs_over_inputs
+from benchmark.files import (InputError, atomic_output, check_output, ensure_dir, expand_inputs,
+                             refuse_outputs_over_inputs)
 from cleanup_scripts import VOCAB_FILE
-from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir, expand_inputs
-from cleanup_scripts.pretraining_features import (PretrainingEncoder, feature_spec,
-                                                  smallest_record_bytes)
-from cleanup_scripts.pretraining_instances import (KEEP, MAX_SEQ_LENGTH, Corpus, Instances,
-                                                   MaskingConfig, create_instances)
-from cleanup_scripts.runner import StageSummary, inner_bar_disabled, report, total_bytes
-from cleanup_scripts.tokenization import FullTokenizer
+from cleanup_scripts.pipeline.runner import StageSummary, inner_bar_disabled, report, total_bytes
+from cleanup_scripts.records.pretraining_features import (PretrainingEncoder, feature_spec,
+                                                          smallest_record_bytes)
+from cleanup_scripts.records.pretraining_instances import (KEEP, MAX_SEQ_LENGTH, Corpus, Instances,
+                                                           MaskingConfig, create_instances)
+from cleanup_scripts.records.tokenization import FullTokenizer
 
 WRITE_BATCH = 1024
 # Bytes an instance takes in memory at the least: its six int64 spans and flags, one masked

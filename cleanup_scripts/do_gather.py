@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from benchmark import constants
 from benchmark.errors import exit_on_user_error
-from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir, expand_inputs
-from cleanup_scripts.runner import StageSummary, map_in_workers, report
+from benchmark.files import InputError, atomic_output, ensure_dir, expand_inputs
+from cleanup_scripts.pipeline.runner import StageSummary, map_in_workers, report
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ and a lone `\\r` end a line too) it writes `match + output_suffix`: per input li
 empty line if the line is a single character (in practice a bare newline, the gap between
 articles), then every sentence of the line, stripped of surrounding whitespace, on a line of
 its own; finally one more empty line at the end of the file. Sentences come from
-`cleanup_scripts.sentence_splitter.split_sentences`, which reproduces NLTK 3.4.5's
+`cleanup_scripts.text.sentence_splitter.split_sentences`, which reproduces NLTK 3.4.5's
 `sent_tokenize` exactly, so the output is byte-identical to the reference's.
 """
 from __future__ import annotations
@@ -20,9 +20,9 @@ import io
 from typing import Iterable
 
 from benchmark.errors import exit_on_user_error
-from cleanup_scripts.fileio import InputError, atomic_output
-from cleanup_scripts.runner import run_suffix_stage
-from cleanup_scripts.sentence_splitter import get_splitter
+from benchmark.files import InputError, atomic_output
+from cleanup_scripts.pipeline.runner import run_suffix_stage
+from cleanup_scripts.text.sentence_splitter import get_splitter
 
 
 # Lines read and segmented at a time (a size hint in characters; bounds a worker's memory).

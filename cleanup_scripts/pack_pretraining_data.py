@@ -6,7 +6,7 @@
 
 Half of the tokens of the official training records are padding; a packed row holds several
 sequences, so a trainer computes about half the rows for the same sequences. The rows'
-features are documented in `cleanup_scripts.pretraining_features` (per-token sequence index,
+features are documented in `cleanup_scripts.records.pretraining_features` (per-token sequence index,
 position ids restarting with each sequence, every sequence's predictions, [CLS] position and
 next-sentence label).
 
@@ -14,7 +14,7 @@ How: each input file is packed on its own, file-parallel (`--nworker`), so memor
 by the largest input file, never by the data set (a 27 MB-text part of the benchmark, 313,000
 records, is held in about 0.4 GB as token arrays). Two passes over the inputs:
 1. per file, the length histogram and each sequence's prediction count (only input_mask and
-   masked_lm_weights are parsed); the file's plan (`cleanup_scripts.packing.pack_plan`) gives
+   masked_lm_weights are parsed); the file's plan (`cleanup_scripts.packing.plan.pack_plan`) gives
    the most predictions any of its rows holds, and the largest over all files is the rows'
    masked-LM width (a limit derived from the data, about 80 for 512-token rows of the
    official records, not 3 x 76);
@@ -49,18 +49,18 @@ import numpy as np
 from absl import app, flags
 
 from benchmark import constants
-from benchmark.errors import exit_on_user_error
+from benchmark.errors import exit_on_user_error, printable
+from benchmark.files import (InputError, check_output, create_new, disk_full, ensure_dir,
+                             expand_inputs, refuse_outputs_over_inputs, remove_stale_temporaries,
+                             replace_output, temporary_name)
 from cleanup_scripts.create_pretraining_data import range_indices
-from benchmark.files import (check_output, create_new, refuse_outputs_over_inputs,
-                             remove_stale_temporaries, replace_output)
-from cleanup_scripts.fileio import (InputError, disk_full, ensure_dir, expand_inputs, printable,
-                                    temporary_name)
-from cleanup_scripts.packing import PackStats, Rows, most_per_row, pack_lengths
-from cleanup_scripts.pretraining_features import (RecordLayout, encode_examples, feature_problem,
-                                                  read_records, tf_feature_spec, tf_parse_errors,
-                                                  write_records)
-from cleanup_scripts.runner import (map_in_workers, peak_rss_mb, shared_workers, total_bytes,
-                                    worker_count)
+from cleanup_scripts.packing.plan import PackStats, Rows, most_per_row, pack_lengths
+from cleanup_scripts.pipeline.runner import (map_in_workers, peak_rss_mb, shared_workers,
+                                             total_bytes, worker_count)
+from cleanup_scripts.records.pretraining_features import (RecordLayout, encode_examples,
+                                                          feature_problem, read_records,
+                                                          tf_feature_spec, tf_parse_errors,
+                                                          write_records)
 
 MAX_SEQUENCES_PER_PACK = 3  # NVIDIA's and Graphcore's choice: 3 gives ~2x on the official data
 MAX_SEQ_LENGTH = 8192  # 16x the benchmark's rows; longer ones would only exhaust memory

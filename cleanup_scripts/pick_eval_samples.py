@@ -36,13 +36,13 @@ from absl import logging
 from benchmark import constants
 from benchmark.capacity import require_disk
 from benchmark.errors import exit_on_user_error
-from benchmark.files import check_output, refuse_outputs_over_inputs
-from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir
-from cleanup_scripts.pretraining_features import (DecodeError, count_records, encode_examples,
-                                                  feature_spec, parse_pretraining_example,
-                                                  read_records, smallest_record_bytes,
-                                                  write_records)
-from cleanup_scripts.runner import StageSummary, report
+from benchmark.files import (InputError, atomic_output, check_output, ensure_dir,
+                             refuse_outputs_over_inputs)
+from cleanup_scripts.pipeline.runner import StageSummary, report
+from cleanup_scripts.records.pretraining_features import (DecodeError, count_records,
+                                                          encode_examples, feature_spec,
+                                                          parse_pretraining_example, read_records,
+                                                          smallest_record_bytes, write_records)
 
 BATCH = 512
 

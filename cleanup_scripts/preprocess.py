@@ -29,22 +29,24 @@ from absl import app, flags, logging
 
 from benchmark import constants, files
 from benchmark.errors import exit_on_user_error
-from cleanup_scripts import SAMPLE_DUMP, VOCAB_FILE
-from cleanup_scripts import create_pretraining_data as pretraining
-from cleanup_scripts import checksums, extract, import_results, pick_eval_samples, process_wiki
+from benchmark.files import (DiskFullError, InputError, ensure_dir, exclusive_lock,
+                             require_regular_file)
+from cleanup_scripts import (SAMPLE_DUMP, VOCAB_FILE, create_pretraining_data as pretraining,
+                             pick_eval_samples, process_wiki)
+from cleanup_scripts.artifacts import checksums
 from cleanup_scripts.artifacts.transfer import fetch
 from cleanup_scripts.do_gather import GatherSource
-from cleanup_scripts.fileio import (DiskFullError, InputError, ensure_dir, exclusive_lock,
-                                    require_regular_file)
-from cleanup_scripts.layout import DatasetLayout
-from cleanup_scripts.ledger import (Entry, read_marker, read_state, write_manifest, write_marker,
-                                    write_state)
 from cleanup_scripts.pack_pretraining_data import (MAX_SEQUENCES_PER_PACK, PackOptions,
                                                    pack_files)
 from cleanup_scripts.pack_pretraining_data import check_options as check_pack_options
-from cleanup_scripts.packing import PackStats
-from cleanup_scripts.runner import (StageProgress, StageSummary, report, run_jobs, say,
-                                    total_bytes, worker_count)
+from cleanup_scripts.packing.plan import PackStats
+from cleanup_scripts.pipeline import import_results
+from cleanup_scripts.pipeline.layout import DatasetLayout
+from cleanup_scripts.pipeline.ledger import (Entry, read_marker, read_state, write_manifest,
+                                             write_marker, write_state)
+from cleanup_scripts.pipeline.runner import (StageProgress, StageSummary, report, run_jobs, say,
+                                             total_bytes, worker_count)
+from cleanup_scripts.text import extract
 
 SAMPLE_NUM_TEST_ARTICLES = 20
 SAMPLE_BLOCK_SIZE_MB = 1.5

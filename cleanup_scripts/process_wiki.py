@@ -16,15 +16,15 @@ import time
 
 from benchmark import constants
 from benchmark.errors import exit_on_user_error
-from cleanup_scripts.clean import write_cleaned
+from benchmark.files import atomic_output, ensure_dir, expand_inputs
 from cleanup_scripts.cleanup_file import stripped_bytes
 from cleanup_scripts.do_gather import GatherSource, gather
 from cleanup_scripts.do_sentence_segmentation import segment_file
-from cleanup_scripts.fileio import atomic_output, ensure_dir, expand_inputs
-from cleanup_scripts.runner import (StageProgress, StageSummary, report, run_jobs,
-                                    shared_workers, total_bytes)
-from cleanup_scripts.sentence_splitter import get_splitter
+from cleanup_scripts.pipeline.runner import (StageProgress, StageSummary, report, run_jobs,
+                                             shared_workers, total_bytes)
 from cleanup_scripts.seperate_test_set import separate_files
+from cleanup_scripts.text.clean import write_cleaned
+from cleanup_scripts.text.sentence_splitter import get_splitter
 
 
 def clean_job(job: tuple[str, str, str]) -> int:

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from benchmark import constants
 from benchmark.errors import exit_on_user_error
-from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir, expand_inputs
-from cleanup_scripts.runner import StageSummary, map_in_workers, report, total_bytes
+from benchmark.files import InputError, atomic_output, ensure_dir, expand_inputs
+from cleanup_scripts.pipeline.runner import StageSummary, map_in_workers, report, total_bytes
 
 
 def test_article_count(file_index: int, num_files: int, num_test_articles: int) -> int:

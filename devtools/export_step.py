@@ -5,11 +5,11 @@ timing on a machine that has an accelerator and XLA (jaxlib) but no TensorFlow.
         [--batch_size=96 --packed] [--mixed_precision=bf16] [--steps_per_update=1]
 
 Writes DIR/step.hlo.pb.xz (the serialized HloModuleProto, xz), DIR/batch.npz (the features
-traced with: `reference.bench`'s synthetic batches with the official length mix, packed or
+traced with: `devtools.bench_train`'s synthetic batches with the official length mix, packed or
 not) and DIR/step.json: the BERT config and shapes, every HLO parameter (a feature, with its
 valid range, or a trainer variable, with its initialisation) and output (a result, or the new
 value of a parameter it aliases), and the step's matrix-product FLOPs
-(`reference.bench.step_flops` at the padded or packed shapes computed). Each HLO instruction
+(`devtools.bench_train.step_flops` at the padded or packed shapes computed). Each HLO instruction
 keeps TensorFlow's op name and type (its metadata, less the source file and line), which
 `python -m devtools.time_step DIR --profile N` maps to parts of the model. `time_step`
 compiles and times the module where jaxlib is installed, TensorFlow or not.
@@ -55,23 +55,23 @@ ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 def synthetic_update(config, batch_size: int, seq_length: int, max_predictions: int,
                      packed: bool, steps_per_update: int, seed: int) -> tuple[dict, int]:
     """One update's features (numpy, a leading micro-batch axis when steps_per_update > 1)
-    from `reference.bench`'s synthetic batches, and the rows of one micro-batch."""
+    from `devtools.bench_train`'s synthetic batches, and the rows of one micro-batch."""
     import numpy as np
 
-    from reference import bench
+    from devtools import bench_train
     n = steps_per_update
     if packed:
-        pool = bench.synthetic_batches(bench.PACK_POOL_BATCHES, batch_size, seq_length,
-                                       max_predictions, config.vocab_size, seed)
-        rows, per_step = bench.packed_batches(pool, batch_size, seq_length)
+        pool = bench_train.synthetic_batches(bench_train.PACK_POOL_BATCHES, batch_size,
+                                             seq_length, max_predictions, config.vocab_size, seed)
+        rows, per_step = bench_train.packed_batches(pool, batch_size, seq_length)
         if per_step * n > len(rows["input_ids"]):
             raise UserError(f"--batch_size={batch_size} x --steps_per_update={n}: more rows "
                             f"than the synthetic pool packs into ({len(rows['input_ids'])})")
         micro = [{k: v[i * per_step:(i + 1) * per_step] for k, v in rows.items()}
                  for i in range(n)]
     else:
-        micro = bench.synthetic_batches(n, batch_size, seq_length, max_predictions,
-                                        config.vocab_size, seed)
+        micro = bench_train.synthetic_batches(n, batch_size, seq_length, max_predictions,
+                                              config.vocab_size, seed)
         per_step = batch_size
     if n == 1:
         return micro[0], per_step
@@ -187,7 +187,7 @@ def export(output_dir: str) -> dict:
     import tensorflow as tf
     from tensorflow.compiler.xla.service import hlo_pb2
 
-    from reference import bench
+    from devtools import bench_train
     from reference.bert_config import load_bert_config
     from reference.trainer import Trainer, set_mixed_precision
 
@@ -196,7 +196,7 @@ def export(output_dir: str) -> dict:
     features, rows = synthetic_update(config, FLAGS.batch_size, seq, preds, FLAGS.packed, n,
                                       FLAGS.seed)
     set_mixed_precision(FLAGS.mixed_precision)
-    trainer = Trainer(tf.distribute.get_strategy(), config, bench.REFERENCE_OPTIMIZER,
+    trainer = Trainer(tf.distribute.get_strategy(), config, bench_train.REFERENCE_OPTIMIZER,
                       FLAGS.batch_size, steps_per_update=n,
                       mixed_precision=FLAGS.mixed_precision, use_xla=True, packed=FLAGS.packed)
     batch = {k: tf.constant(v) for k, v in features.items()}
@@ -216,7 +216,7 @@ def export(output_dir: str) -> dict:
         "packed": FLAGS.packed, "seq_length": seq, "max_predictions_per_seq": preds,
         "steps_per_update": n, "batch_sequences_nominal": FLAGS.batch_size,
         "rows_per_step": rows * n, "tokens_per_step": rows * n * seq,
-        "flops_per_step": bench.step_flops(config.to_dict(), seq, slots, rows * n),
+        "flops_per_step": bench_train.step_flops(config.to_dict(), seq, slots, rows * n),
         "num_hlo_parameters": len(params), "num_hlo_outputs": len(outputs),
         "batch_file": BATCH_FILE}
     folder = ensure_dir(output_dir)

@@ -46,7 +46,7 @@ def tensorflow_failure(err: BaseException) -> str:
     """What a TensorFlow error (or a MemoryError) says, in one escaped line: "TensorFlow
     <class>: <its first informative line>" (cut to 400 characters), with a hint when it ran
     out of memory."""
-    from cleanup_scripts.fileio import printable
+    from benchmark.errors import printable
     import tensorflow as tf
     text = str(getattr(err, "message", err))
     lines = [line.strip() for line in text.splitlines()]

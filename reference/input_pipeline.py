@@ -1,7 +1,8 @@
 """tf.data input pipelines for pre-training and evaluation over the benchmark's TFRecords.
 
-Records are parsed with the shared feature spec (`cleanup_scripts.pretraining_features`), and
-every int64 feature is cast to int32 (accelerators work in int32, as the MLCommons reference does).
+Records are parsed with the shared feature spec (`cleanup_scripts.records.pretraining_features`),
+and every int64 feature is cast to int32 (accelerators work in int32, as the MLCommons reference
+does).
 
 Training (`train_dataset`), per input pipeline:
   files (shuffled, seeded) -> interleaved records (deterministic order for a seed) ->
@@ -50,14 +51,13 @@ from typing import Iterator, Mapping
 import numpy as np
 import tensorflow as tf
 
-from benchmark.errors import one_line
+from benchmark.errors import one_line, printable
 from benchmark.files import InputError, file_kind
-from cleanup_scripts.fileio import printable
-from cleanup_scripts.pretraining_features import (DecodeError, FramingError, RecordLayout,
-                                                  decode_example, feature_problem,
-                                                  framed_records, packed_row_problem,
-                                                  record_layout, spec_problem, tf_feature_spec,
-                                                  tf_parse_errors)
+from cleanup_scripts.records.pretraining_features import (DecodeError, FramingError, RecordLayout,
+                                                          decode_example, feature_problem,
+                                                          framed_records, packed_row_problem,
+                                                          record_layout, spec_problem,
+                                                          tf_feature_spec, tf_parse_errors)
 
 EXAMPLE_WEIGHT = "example_weight"
 SHUFFLE_BUFFER = 1000  # records, as the MLCommons reference
@@ -250,7 +250,7 @@ class BadRecord:
 
 def _framed_records(path: str) -> Iterator[bytes]:
     """The data of each record of a TFRecord file (any tf.io.gfile path), checksums verified,
-    read by the one TFRecord codec (`cleanup_scripts.pretraining_features`).
+    read by the one TFRecord codec (`cleanup_scripts.records.pretraining_features`).
 
     Raises FramingError at the first record that is truncated, fails a CRC or cannot be read.
     """

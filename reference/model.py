@@ -14,7 +14,7 @@ same weights give the same numbers (to float32 rounding):
   the tanh form of GELU; output dense + dropout + residual + LayerNorm (post-LN);
 - pooler: tanh dense on the [CLS] (first) position;
 - packed rows (features `sequence_ids`, `position_ids`, `next_sentence_positions`; see
-  `cleanup_scripts.pretraining_features`): each token attends only to the tokens of its own
+  `cleanup_scripts.records.pretraining_features`): each token attends only to the tokens of its own
   sequence (a block-diagonal mask of -10000 elsewhere, the reference's value for padding), the
   position embeddings are looked up by position_ids (restarting at 0 with each sequence), and
   the pooler and next-sentence head run on every sequence's [CLS], so a sequence's outputs are
@@ -446,7 +446,7 @@ class BertPretrainingModel(tf_keras.Model):
         int64, cast to int32) input_ids, input_mask, segment_ids [B, S]; masked_lm_positions,
         masked_lm_ids [B, P]; next_sentence_labels [B, 1]; float masked_lm_weights [B, P]. Only
         the first four are read here (labels are for `reference.losses`). Packed rows
-        (`cleanup_scripts.pretraining_features`) carry sequence_ids, position_ids [B, S] and
+        (`cleanup_scripts.records.pretraining_features`) carry sequence_ids, position_ids [B, S] and
         next_sentence_positions [B, K] instead of input_mask.
       outputs: dict with "masked_lm_logits" [B, P, vocab], "next_sentence_logits" [B, 2]
         (packed: [B, K, 2]),

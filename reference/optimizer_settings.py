@@ -1,5 +1,5 @@
 """The optimizer, its learning-rate schedule and where the gradient is clipped, as settings: the
-one place their defaults are written (the flags', the trainer's and `reference.bench`'s).
+one place their defaults are written (the flags', the trainer's and `devtools.bench_train`'s).
 
 TensorFlow-free, so that `--help` stays fast.
 """

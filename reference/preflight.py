@@ -19,7 +19,7 @@ from reference.error_text import naming, writing
 from reference.run_options import RunOptions, UsageError, check_with_model
 
 if TYPE_CHECKING:  # TensorFlow-importing modules are imported where used (fast --help)
-    from cleanup_scripts.pretraining_features import RecordLayout
+    from cleanup_scripts.records.pretraining_features import RecordLayout
     from reference.bert_config import BertConfig
     from reference.input_pipeline import IdRanges, PackedCount
 

@@ -11,7 +11,7 @@ from typing import Any
 from absl import flags, logging
 
 from benchmark import constants
-from cleanup_scripts.pretraining_instances import MAX_SEQ_LENGTH
+from cleanup_scripts.records.pretraining_instances import MAX_SEQ_LENGTH
 from reference.bert_config import MASKED_LM_BLOCK_ROWS
 from reference.optimizer_settings import DEFAULT_OPTIMIZER as OPT
 

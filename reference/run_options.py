@@ -18,7 +18,7 @@ from absl import flags
 
 from benchmark import cadence, constants
 from benchmark.errors import UserError
-from cleanup_scripts.pretraining_instances import MAX_SEQ_LENGTH
+from cleanup_scripts.records.pretraining_instances import MAX_SEQ_LENGTH
 from reference.optimizer_settings import OptimizerSettings
 from reference.run_flags import FLAG_TABLE, MAX_BATCH_SIZE, read_flags
 

@@ -12,8 +12,7 @@ from typing import IO
 
 from absl import logging
 
-from benchmark.files import check_output, check_output_tree, open_output
-from cleanup_scripts.fileio import exclusive_lock
+from benchmark.files import check_output, check_output_tree, exclusive_lock, open_output
 from reference.error_text import writing
 
 EVAL_RESULTS = "eval_results.txt"

@@ -36,8 +36,7 @@ import tempfile
 
 from absl import app, flags
 
-from benchmark.errors import UserError, name_make_variables
-from cleanup_scripts.fileio import printable
+from benchmark.errors import UserError, name_make_variables, printable
 from reference import console, run_flags
 from reference.run_flags import FLAGS, define_flags
 from reference.run_options import options_from_flags

@@ -421,7 +421,7 @@ class Trainer:
         """One optimizer update, in a replica context (inside `strategy.run`; the default
         strategy's outside one): the forward and backward passes of the update's micro-batches
         on this replica, the all-reduce, clipping, and the LAMB/AdamW update of every variable
-        with the step counters. `train_steps` runs it once per update, `reference.bench` times
+        with the step counters. `train_steps` runs it once per update, `devtools.bench_train` times
         it that way, and it is the function to export as one XLA computation (wrapped in
         `tf.function(jit_compile=True)` under the default strategy).
 

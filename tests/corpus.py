@@ -4,8 +4,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from cleanup_scripts.clean import clean_bytes
 from cleanup_scripts.cleanup_file import strip_doc_markup
+from cleanup_scripts.text.clean import clean_bytes
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 WIKI_EXTRACTED_DIR = FIXTURES / "wiki-extracted"

@@ -1,9 +1,9 @@
 """The create_pretraining_data / pick_eval_samples cases whose reference outputs are committed.
 
 `fixtures/pretraining/cases.json` lists each case (inputs, flags, vocabulary) with the digests
-(`cleanup_scripts.tfrecord_digest`) of the TFRecords the MLCommons reference scripts wrote for it; the
-procedure that made them is in `fixtures/pretraining/README.md`. This module is shared by the
-tests and by that procedure, so both read the same cases and build the same derived files.
+(`cleanup_scripts.records.tfrecord_digest`) of the TFRecords the MLCommons reference scripts wrote
+for it; the procedure that made them is in `fixtures/pretraining/README.md`. This module is shared
+by the tests and by that procedure, so both read the same cases and build the same derived files.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from cleanup_scripts import VOCAB_FILE
-from cleanup_scripts.pretraining_features import encode_examples, feature_spec, frame_record
+from cleanup_scripts.records.pretraining_features import encode_examples, feature_spec, frame_record
 
 TESTS = Path(__file__).resolve().parent
 FIXTURES = TESTS / "fixtures" / "pretraining"

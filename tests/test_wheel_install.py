@@ -43,7 +43,7 @@ def test_the_wheel_carries_its_data_and_reads_it_from_where_it_is_installed(inst
     site, _ = installed
     probe = run_installed(installed, "-c", (
         "import checksums, cleanup_scripts, reference\n"
-        "from cleanup_scripts.checksums import known_artifacts, official_eval_hashes\n"
+        "from cleanup_scripts.artifacts.checksums import known_artifacts, official_eval_hashes\n"
         "from reference import presets\n"
         "print(checksums.__file__, cleanup_scripts.__file__, reference.__file__)\n"
         "print(known_artifacts()['vocab.txt'].md5, len(official_eval_hashes()))\n"
@@ -62,7 +62,7 @@ def test_preprocess_verify_train_and_check_run_from_the_wheel(installed):
     _, work = installed
     steps = [
         ("-m", "cleanup_scripts.preprocess", "--output_dir=ds"),
-        ("-m", "cleanup_scripts.verify", "ds"),
+        ("-m", "cleanup_scripts.artifacts.verify", "ds"),
         ("-m", "reference.run_pretraining", "--preset=smoke", "--data_dir=ds/tfrecords",
          "--output_dir=train"),
         ("-m", "benchmark.check", "train/mlperf.log"),

@@ -1,6 +1,8 @@
-"""The benchmark's official files on the network and on disk: HTTP(S) fetches (`transfer`), the
-MLCommons R2 bucket (`r2`), the download command (`download`), Google Cloud Storage (`storage`,
-`upload`) and md5 checks of a folder or a bucket copy (`verify`, `verify_dir`, `verify_bucket`).
+"""The benchmark's official files on the network and on disk: their md5s and sizes
+(`checksums`, reading the `checksums/` package data), HTTP(S) fetches (`transfer`), the MLCommons
+R2 bucket (`r2`), the download command (`download`), Google Cloud Storage (`storage`, `upload`),
+and the `make verify` command (`verify`) with its checks of a folder (`verify_dir`) and of a
+bucket copy (`verify_bucket`).
 
 This module holds what they share: the `.partial` name, "already verified?", link-or-copy
 placement, md5-checked writing, and the one-line wording of a failure's cause.
@@ -16,8 +18,8 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from benchmark.errors import printable
-from benchmark.files import md5_file
-from cleanup_scripts.fileio import InputError, atomic_output, disk_full, ensure_dir, temporary_name
+from benchmark.files import (InputError, atomic_output, disk_full, ensure_dir, md5_file,
+                             temporary_name)
 
 
 def _causes(err: BaseException) -> Iterator[BaseException]:

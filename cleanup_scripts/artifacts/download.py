@@ -21,12 +21,11 @@ from typing import Iterator, Mapping
 from tqdm import tqdm
 
 from benchmark.errors import exit_on_user_error
-from benchmark.files import size_words
-from cleanup_scripts import checksums
+from benchmark.files import InputError, ensure_dir, size_words
+from cleanup_scripts.artifacts import checksums
 from cleanup_scripts.artifacts import r2, verified, write_checked
 from cleanup_scripts.artifacts.transfer import CHUNK_SIZE, fetch
-from cleanup_scripts.fileio import InputError, ensure_dir
-from cleanup_scripts.runner import StageSummary, report
+from cleanup_scripts.pipeline.runner import StageSummary, report
 
 DUMP_BZ2 = "enwiki-20200101-pages-articles-multistream.xml.bz2"
 DUMP_XML = DUMP_BZ2.removesuffix(".bz2")

@@ -23,11 +23,10 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Callable, Iterator, Mapping
 
 from benchmark.errors import printable
-from benchmark.files import md5_file, resolve_inside
-from cleanup_scripts import checksums
+from benchmark.files import InputError, ensure_dir, md5_file, resolve_inside
+from cleanup_scripts.artifacts import checksums
 from cleanup_scripts.artifacts import place, verified, write_checked
 from cleanup_scripts.artifacts.transfer import CHUNK_SIZE, LoginRequired, fetch
-from cleanup_scripts.fileio import InputError, ensure_dir
 
 R2_METADATA_URL = "https://training.mlcommons-storage.org/metadata"
 R2_INPUTS = "bert-input-files"

@@ -36,15 +36,14 @@ from google.cloud.storage.retry import DEFAULT_RETRY
 from tqdm import tqdm
 
 from benchmark.errors import exit_on_user_error, printable
-from benchmark.files import md5_file, resolve_inside, scratch_dir
+from benchmark.files import InputError, ensure_dir, md5_file, resolve_inside, scratch_dir
 from cleanup_scripts.artifacts import (partial_name, problem, resume_hint, verified,
                                        write_failed)
 from cleanup_scripts.artifacts.transfer import Deadline, DeadlinePassed, watch_session
-from cleanup_scripts.fileio import InputError, ensure_dir
-from cleanup_scripts.layout import DatasetLayout
-from cleanup_scripts.ledger import (MANIFEST_HEADER, MANIFEST_MAX_BYTES, Entry, manifest_rows,
-                                    read_dataset_manifest, recorded_entries)
-from cleanup_scripts.runner import StageSummary, report
+from cleanup_scripts.pipeline.layout import DatasetLayout
+from cleanup_scripts.pipeline.ledger import (MANIFEST_HEADER, MANIFEST_MAX_BYTES, Entry,
+                                             manifest_rows, read_dataset_manifest, recorded_entries)
+from cleanup_scripts.pipeline.runner import StageSummary, report
 
 GS_SCHEME = "gs://"
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"

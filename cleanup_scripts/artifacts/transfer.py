@@ -28,10 +28,9 @@ from urllib3 import exceptions as urllib3_exceptions
 
 from benchmark.adapters.urllib3 import watched_pool_classes
 from benchmark.errors import printable
-from benchmark.files import md5_file, open_regular, resolve_inside
+from benchmark.files import InputError, ensure_dir, md5_file, open_regular, resolve_inside
 from cleanup_scripts.artifacts import (partial_name, problem, resume_hint, unknown_host, verified,
                                        write_failed)
-from cleanup_scripts.fileio import InputError, ensure_dir
 
 CHUNK_SIZE = 1 << 20
 TIMEOUT_S = 60  # the most one connect or one read may wait

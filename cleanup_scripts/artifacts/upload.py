@@ -15,7 +15,7 @@ from pathlib import Path
 
 from benchmark.errors import exit_on_user_error
 from cleanup_scripts.artifacts import storage
-from cleanup_scripts.runner import report
+from cleanup_scripts.pipeline.runner import report
 
 DEFAULT_SOURCE = "build/dataset"
 

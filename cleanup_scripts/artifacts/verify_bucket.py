@@ -10,7 +10,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path, PurePosixPath
 
-from cleanup_scripts import checksums
+from cleanup_scripts.artifacts import checksums
 from cleanup_scripts.artifacts import storage
 from cleanup_scripts.artifacts.verify_dir import Finding, judge
 

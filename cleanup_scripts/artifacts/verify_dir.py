@@ -12,7 +12,7 @@ from pathlib import Path, PurePath
 from typing import Callable
 
 from benchmark.files import InputError, md5_file
-from cleanup_scripts import checksums
+from cleanup_scripts.artifacts import checksums
 
 
 @dataclass

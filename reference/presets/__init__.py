@@ -16,7 +16,7 @@ from typing import Any
 
 from benchmark.errors import UserError
 from cleanup_scripts import BERT_CONFIG_FILE
-from cleanup_scripts.layout import DatasetLayout
+from cleanup_scripts.pipeline.layout import DatasetLayout
 
 PRESET_DIR = Path(__file__).resolve().parent
 

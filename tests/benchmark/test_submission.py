@@ -7,8 +7,9 @@ import shutil
 
 import pytest
 
-from benchmark import agreement, summary
+from benchmark import summary
 from benchmark.submission import OLYMPIC_NOTE, check_result_folder, check_submission
+from devtools import agreement
 from tests.benchmark.helpers import SYSTEM, build_submission
 
 
@@ -95,7 +96,7 @@ def test_one_failing_run_is_forgiven_as_a_warning_that_keeps_its_rule(tree):
     assert forgiven and {p.forgiven_by for p in forgiven} == {OLYMPIC_NOTE}
     assert all(p.severity == "warning" and p.message.endswith(f"({OLYMPIC_NOTE})")
                for p in forgiven)
-    # benchmark.agreement counts the forgiven errors as the run's own.
+    # devtools.agreement counts the forgiven errors as the run's own.
     assert {p.rule for p in forgiven} <= agreement._error_rules(folder.logs[3])
 
 

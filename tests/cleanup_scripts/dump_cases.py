@@ -1,14 +1,14 @@
 """Dumps for the extraction tests, built from the vendored real dump slice.
 
-Python 3.7-compatible code (as `cleanup_scripts.dump_chunks` is): the same functions build the inputs
-that the original WikiExtractor 2.75 is run on under Python 3.7 to make the reference md5s
+Python 3.7-compatible code (as `cleanup_scripts.text.dump_chunks` is): the same functions build the
+inputs that the original WikiExtractor 2.75 is run on under Python 3.7 to make the reference md5s
 (tests/fixtures/wikiextractor-2.75/make_md5s.py) and the inputs our extraction is tested on.
-Multistream dumps are made with `cleanup_scripts.dump_chunks.multistream`.
+Multistream dumps are made with `cleanup_scripts.text.dump_chunks.multistream`.
 """
 import bz2
 import re
 
-from cleanup_scripts.dump_chunks import split_pages
+from cleanup_scripts.text.dump_chunks import split_pages
 
 PAGE_ID = re.compile(rb"(<page>\s*<title>[^<]*</title>\s*<ns>[^<]*</ns>\s*<id>)(\d+)(</id>)")
 

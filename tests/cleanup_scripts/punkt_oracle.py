@@ -5,7 +5,7 @@ and put back to 3.4.5's behaviour where later releases changed it (the project's
 before it stopped using NLTK): 3.4.5's patterns compiled by `re`, its ASCII-only non-word
 characters, and its unanchored candidate pattern searched with finditer. Only the decision
 rules come from NLTK itself, so they are an implementation apart from
-`cleanup_scripts.sentence_splitter`. The unanchored pattern is quadratic in the length of a run
+`cleanup_scripts.text.sentence_splitter`. The unanchored pattern is quadratic in the length of a run
 without spaces: use it on ordinary text only.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Iterator
 from nltk.tokenize.punkt import (PunktLanguageVars, PunktParameters, PunktSentenceTokenizer,
                                  PunktToken)
 
-from cleanup_scripts.sentence_splitter import load_parameters
+from cleanup_scripts.text.sentence_splitter import load_parameters
 
 # NLTK 3.4.5's English Punkt patterns, written out.
 NON_WORD = r"""(?:[?!)";}\]*:@'({\[])"""

@@ -1,13 +1,14 @@
-"""The manifests in checksums/ and the table cleanup_scripts.checksums builds from them."""
+"""The manifests in checksums/ and the table cleanup_scripts.artifacts.checksums builds from
+them."""
 import hashlib
 import shutil
 import subprocess
 
 import pytest
 
+from benchmark.files import InputError
 import cleanup_scripts
-from cleanup_scripts import checksums
-from cleanup_scripts.fileio import InputError
+from cleanup_scripts.artifacts import checksums
 
 
 def test_table_holds_every_official_artifact_with_md5_and_size():

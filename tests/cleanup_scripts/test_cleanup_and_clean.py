@@ -6,9 +6,9 @@ import random
 import shutil
 from pathlib import Path
 
-from cleanup_scripts import clean
-from cleanup_scripts.clean import clean_bytes, clean_line
 from cleanup_scripts.cleanup_file import strip_doc_markup
+from cleanup_scripts.text import clean
+from cleanup_scripts.text.clean import clean_bytes, clean_line
 from tests.conftest import md5_of, read_md5_manifest, run_module
 
 REFERENCE = read_md5_manifest(Path(__file__).parents[1] / "fixtures" /
@@ -21,7 +21,7 @@ def test_cli_stages_match_reference_on_sample_wiki(tmp_path, fixtures_dir):
     run_module("cleanup_scripts.cleanup_file", f"--data={tmp_path}/wiki_??",
                "--output_suffix=.1", "--nworker=2")
     for name in ("wiki_00", "wiki_01"):
-        run_module("cleanup_scripts.clean", str(tmp_path / f"{name}.1"),
+        run_module("cleanup_scripts.text.clean", str(tmp_path / f"{name}.1"),
                    str(tmp_path / f"{name}.2"))
         assert md5_of(tmp_path / f"{name}.1") == REFERENCE[f"text/{name}.1"]
         assert md5_of(tmp_path / f"{name}.2") == REFERENCE[f"text/{name}.2"]
@@ -135,7 +135,7 @@ def test_cleanup_file_reports_no_matching_inputs(tmp_path):
 
 def test_clean_unwritable_output_is_one_line_error(tmp_path, fixtures_dir):
     source = fixtures_dir / "clean" / "adversarial.txt"
-    result = run_module("cleanup_scripts.clean", str(source),
+    result = run_module("cleanup_scripts.text.clean", str(source),
                         str(tmp_path / "missing-dir" / "out"), check=False)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith("error: ")

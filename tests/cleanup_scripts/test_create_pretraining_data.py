@@ -17,16 +17,16 @@ import numpy as np
 import pytest
 
 from benchmark.capacity import free_disk_bytes, gigabytes, host_memory_bytes
+from benchmark.files import InputError
 from cleanup_scripts import VOCAB_FILE
 from cleanup_scripts.create_pretraining_data import INSTANCE_BYTES, write_pretraining_data
-from cleanup_scripts.fileio import InputError
-from cleanup_scripts.pretraining_features import (PretrainingEncoder, encode_examples,
-                                                  feature_spec, frame_record, read_records,
-                                                  smallest_record_bytes)
+from cleanup_scripts.records.pretraining_features import (PretrainingEncoder, encode_examples,
+                                                          feature_spec, frame_record, read_records,
+                                                          smallest_record_bytes)
+from cleanup_scripts.records.tfrecord_digest import tfrecord_digest
 from tests.conftest import run_module
 from tests.pretraining_cases import (FIXTURES, case_flags, flag_args, load_cases, mlperf_digests,
                                      write_vocab)
-from cleanup_scripts.tfrecord_digest import tfrecord_digest
 
 CASES = load_cases()["create"]
 MODULE = "cleanup_scripts.create_pretraining_data"
@@ -307,7 +307,7 @@ def test_vocabulary_of_more_than_65536_tokens(tmp_path):
     count = write_pretraining_data([str(text)], [str(output)], vocab_file=str(vocab),
                                    max_seq_length=32, max_predictions_per_seq=8, dupe_factor=3)
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from cleanup_scripts.pretraining_features import RecordLayout, tf_feature_spec
+    from cleanup_scripts.records.pretraining_features import RecordLayout, tf_feature_spec
     parsed = [tf.io.parse_single_example(record, tf_feature_spec(RecordLayout.unpacked(32, 8)))
               for record in tf.data.TFRecordDataset(str(output))]
     assert len(parsed) == count > 0

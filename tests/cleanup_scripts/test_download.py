@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from benchmark.errors import exit_on_user_error
+from benchmark.files import InputError
 import cleanup_scripts
-from cleanup_scripts import checksums
+from cleanup_scripts.artifacts import checksums
 from cleanup_scripts.artifacts import download, partial_name, transfer
-from cleanup_scripts.fileio import InputError
 from tests.cleanup_scripts.range_server import loopback, send_ranged
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

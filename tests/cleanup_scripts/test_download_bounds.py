@@ -18,9 +18,9 @@ import time
 
 import pytest
 
+from benchmark.files import InputError
 import cleanup_scripts
 from cleanup_scripts.artifacts import partial_name, r2, transfer
-from cleanup_scripts.fileio import InputError
 from tests.cleanup_scripts.range_server import loopback, send_ranged
 from tests.cleanup_scripts.test_download import run_cli
 from tests.conftest import REPO, run_module

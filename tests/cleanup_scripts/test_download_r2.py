@@ -28,8 +28,8 @@ import zipfile
 
 import pytest
 
+from benchmark.files import InputError
 from cleanup_scripts.artifacts import partial_name, r2, write_checked
-from cleanup_scripts.fileio import InputError
 from tests.cleanup_scripts.range_server import loopback, send_ranged
 from tests.cleanup_scripts.test_download import run_cli
 

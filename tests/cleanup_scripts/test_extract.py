@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from benchmark.errors import exit_on_user_error
+from benchmark.files import InputError
 import cleanup_scripts
-from cleanup_scripts import dump_chunks, extract, wikiextractor_275
-from cleanup_scripts.fileio import InputError
+from cleanup_scripts.text import dump_chunks, extract, wikiextractor_275
 from tests.cleanup_scripts import dump_cases
 
 REPO = Path(__file__).resolve().parents[2]
@@ -119,7 +119,7 @@ def test_sample_dump_extracts_identically_in_another_process(sample_text, tmp_pa
     out, _ = sample_text
     again = tmp_path / "text"
     env = dict(os.environ, PYTHONHASHSEED="12345")
-    subprocess.run([sys.executable, "-m", "cleanup_scripts.extract",
+    subprocess.run([sys.executable, "-m", "cleanup_scripts.text.extract",
                     f"--input={cleanup_scripts.SAMPLE_DUMP}", f"--output_dir={again}",
                     "--processes=3"], cwd=REPO, env=env, check=True, capture_output=True)
     assert tree_md5s(again) == tree_md5s(out)
@@ -369,7 +369,7 @@ def test_a_page_larger_than_any_real_one_is_refused_in_bounded_memory(tmp_path, 
                "sys.stderr.write(result.stderr)\n"
                "print(result.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
     result = subprocess.run(
-        [sys.executable, "-c", measure, sys.executable, "-m", "cleanup_scripts.extract",
+        [sys.executable, "-c", measure, sys.executable, "-m", "cleanup_scripts.text.extract",
          f"--input={dump}", f"--output_dir={tmp_path / 'text'}", "--processes=2"],
         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
     status, peak_kib = map(int, result.stdout.split())

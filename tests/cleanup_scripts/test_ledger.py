@@ -6,10 +6,10 @@ import os
 
 import pytest
 
-from cleanup_scripts import ledger as state_files
-from cleanup_scripts.fileio import InputError
-from cleanup_scripts.ledger import (STATE_LIMIT, DamagedState, Entry, OutputLedger, read_marker,
-                                    read_state, write_entries, write_marker)
+from benchmark.files import InputError
+from cleanup_scripts.pipeline import ledger as state_files
+from cleanup_scripts.pipeline.ledger import (STATE_LIMIT, DamagedState, Entry, OutputLedger,
+                                             read_marker, read_state, write_entries, write_marker)
 
 
 def make_ledger(tmp_path) -> OutputLedger:

@@ -6,8 +6,8 @@ import random
 import numpy as np
 import pytest
 
-from cleanup_scripts.mt_stream import (ShuffleScanner, WordStream, randbelow_bulk, random_below,
-                                       random_floats, shuffle_heads)
+from cleanup_scripts.records.mt_stream import (ShuffleScanner, WordStream, randbelow_bulk,
+                                               random_below, random_floats, shuffle_heads)
 
 
 def test_words_are_the_generators():

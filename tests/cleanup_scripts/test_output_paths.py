@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmark.files import atomic_output, temporary_name
 from cleanup_scripts.create_pretraining_data import write_pretraining_data
-from cleanup_scripts.fileio import atomic_output, temporary_name
 from tests.conftest import md5_of, run_module
 from tests.pretraining_cases import FIXTURES
 

@@ -12,14 +12,15 @@ import subprocess
 import numpy as np
 import pytest
 
+from benchmark.files import InputError, expand_inputs
 from cleanup_scripts.create_pretraining_data import write_pretraining_data
-from cleanup_scripts.fileio import InputError, expand_inputs
 from cleanup_scripts.pack_pretraining_data import (PackOptions, output_paths, pack_files,
                                                    read_sequences)
-from cleanup_scripts.packing import assign_sequences, length_histogram, pack_plan
-from cleanup_scripts.pretraining_features import (decode_example, encode_examples,
-                                                  feature_spec, packed_row_problem,
-                                                  read_records, record_layout, write_records)
+from cleanup_scripts.packing.plan import assign_sequences, length_histogram, pack_plan
+from cleanup_scripts.records.pretraining_features import (decode_example, encode_examples,
+                                                          feature_spec, packed_row_problem,
+                                                          read_records, record_layout,
+                                                          write_records)
 from tests.conftest import md5_of, run_module
 from tests.reference.synthetic_data import put_random_record
 
@@ -287,7 +288,7 @@ def test_a_record_claiming_a_terabyte_is_one_line_in_bounded_memory(tmp_path):
     bytes that are there (a truncated record), not a terabyte-sized read."""
     import struct
 
-    from cleanup_scripts.pretraining_features import masked_crc32c
+    from cleanup_scripts.records.pretraining_features import masked_crc32c
     length = struct.pack("<Q", 1 << 40)
     source = tmp_path / "claims-a-terabyte"
     source.write_bytes(length + struct.pack("<I", masked_crc32c(length)) + b"x" * 100)

@@ -13,16 +13,17 @@ import numpy as np
 import pytest
 
 from benchmark.capacity import gigabytes
-from cleanup_scripts.fileio import InputError
+from benchmark.files import InputError
 from cleanup_scripts.pick_eval_samples import BATCH, pick_examples, pick_indices
-from cleanup_scripts.pretraining_features import (DecodeError, count_records, decode_example,
-                                                  encode_examples, feature_spec, frame_record,
-                                                  parse_pretraining_example, read_records,
-                                                  smallest_record_bytes, unpack_varints)
+from cleanup_scripts.records.pretraining_features import (DecodeError, count_records,
+                                                          decode_example, encode_examples,
+                                                          feature_spec, frame_record,
+                                                          parse_pretraining_example, read_records,
+                                                          smallest_record_bytes, unpack_varints)
+from cleanup_scripts.records.tfrecord_digest import tfrecord_digest
 from tests.conftest import run_module
 from tests.pretraining_cases import (FIXTURES, case_flags, flag_args, load_cases,
                                      synthetic_records, write_synthetic_tfrecord)
-from cleanup_scripts.tfrecord_digest import tfrecord_digest
 
 CASES = load_cases()
 PICKS = CASES["pick"]

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from benchmark.files import exclusive_lock
 import cleanup_scripts
+from cleanup_scripts.records.tfrecord_digest import tfrecord_digest
 from tests.cleanup_scripts.test_download import FileServer
 from tests.conftest import REPO, md5_of, read_md5_manifest, run_module
-from cleanup_scripts.fileio import exclusive_lock
-from cleanup_scripts.tfrecord_digest import tfrecord_digest
 
 STAGES = {"extract", "clean", "segment", "separate", "gather", "tfrecords", "eval_10k",
           "manifest"}
@@ -143,8 +143,8 @@ def test_file_changed_by_hand_is_found_by_verify_and_redone_once_removed(first_r
     part.write_bytes(bytes(damaged))
     os.utime(part, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert stage_file_counts(preprocess(output, "--nworker=2").stderr) == {}
-    assert run_module("cleanup_scripts.verify", str(output), check=False).returncode == 0
-    rehashed = run_module("cleanup_scripts.verify", str(output), "--rehash", check=False)
+    assert run_module("cleanup_scripts.artifacts.verify", str(output), check=False).returncode == 0
+    rehashed = run_module("cleanup_scripts.artifacts.verify", str(output), "--rehash", check=False)
     assert rehashed.returncode == 1
     assert "changed  results/part-00000-of-00500  [md5 " in rehashed.stdout
     part.unlink()
@@ -362,12 +362,12 @@ def test_a_build_without_the_manifests_record_gets_it_from_the_next_run(first_ru
     output = tmp_path / "dataset"
     shutil.copytree(first_run, output)
     (output / ".state" / "manifest.record").unlink()
-    refused = run_module("cleanup_scripts.verify", str(output), check=False)
+    refused = run_module("cleanup_scripts.artifacts.verify", str(output), check=False)
     assert refused.returncode == 1
     assert refused.stderr.endswith("an older version ran it): run make preprocess again\n")
     assert summarised_stages(preprocess(output, "--nworker=2").stderr) == {"manifest"}
     assert_same_dataset(output, first_run)
-    verified = run_module("cleanup_scripts.verify", str(output))
+    verified = run_module("cleanup_scripts.artifacts.verify", str(output))
     assert verified.stdout.splitlines()[-1].startswith("verify: PASSED: ")
 
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 import cleanup_scripts
-from cleanup_scripts import extract, runner
+from cleanup_scripts.pipeline import runner
+from cleanup_scripts.text import extract
 from tests.conftest import REPO, run_module
 
 STAGES = ("extract", "clean", "segment", "separate", "gather", "tfrecords", "eval_10k",
@@ -145,7 +146,7 @@ def test_extract_alone_logs_no_article_even_when_the_caller_logs_info(tmp_path, 
 
 
 def test_extract_cli_prints_its_summary_and_nothing_per_article(tmp_path):
-    result = run_module("cleanup_scripts.extract", f"--input={cleanup_scripts.SAMPLE_DUMP}",
+    result = run_module("cleanup_scripts.text.extract", f"--input={cleanup_scripts.SAMPLE_DUMP}",
                         f"--output_dir={tmp_path / 'text'}", "--processes=2")
     assert result.stdout == ""
     assert SUMMARY.findall(result.stderr) == ["extract"]
@@ -182,7 +183,7 @@ def test_stage_bar_is_drawn_only_on_a_terminal(monkeypatch, terminal):
 
 def test_verify_on_a_preprocess_output_passes_and_says_what_it_checked(piped_run):
     output, _ = piped_run
-    result = run_module("cleanup_scripts.verify", str(output))
+    result = run_module("cleanup_scripts.artifacts.verify", str(output))
     lines = result.stdout.splitlines()
     assert lines[0].startswith(f"{output}: a make preprocess output (from a dump)")
     assert "manifest.tsv: 11 of 11 files as recorded" in result.stdout
@@ -204,7 +205,7 @@ def test_verify_on_a_preprocess_output_fails_on_a_changed_or_missing_file(piped_
     part = output / "results" / "part-00000-of-00500"
     part.write_bytes(part.read_bytes()[:-1] + b"#")  # same size, another mtime
     (output / "tfrecords" / "eval_10k").unlink()
-    result = run_module("cleanup_scripts.verify", str(output), check=False)
+    result = run_module("cleanup_scripts.artifacts.verify", str(output), check=False)
     assert result.returncode == 1
     assert "changed  results/part-00000-of-00500  [md5 " in result.stdout
     assert "missing  tfrecords/eval_10k  [listed in manifest.tsv]" in result.stdout

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from cleanup_scripts.pretraining_features import decode_example, read_records, record_layout
+from cleanup_scripts.records.pretraining_features import decode_example, read_records, record_layout
 from tests.cleanup_scripts.test_preprocess import (first_run, manifest,  # noqa: F401
                                                    preprocess, stage_file_counts,
                                                    summarised_stages)

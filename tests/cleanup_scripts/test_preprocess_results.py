@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from cleanup_scripts import checksums
-from cleanup_scripts.tfrecord_digest import tfrecord_digest
+from cleanup_scripts.artifacts import checksums
+from cleanup_scripts.records.tfrecord_digest import tfrecord_digest
 from tests.conftest import REPO, md5_of, run_module
 
 DUMP_ROUTE = {"extract", "clean", "segment", "separate", "gather", "tfrecords", "eval_10k",
@@ -34,7 +34,9 @@ RUNNER = r"""
 import os, sys
 from absl import app
 from benchmark import files
-from cleanup_scripts import checksums, ledger, preprocess
+from cleanup_scripts import preprocess
+from cleanup_scripts.artifacts import checksums
+from cleanup_scripts.pipeline import ledger
 table = sys.argv.pop(1)
 official = checksums.known_artifacts
 checksums.known_artifacts = lambda *args: official(table)

@@ -14,9 +14,10 @@ from array import array
 import numpy as np
 import pytest
 
-from cleanup_scripts import mt_stream, pretraining_instances
-from cleanup_scripts.pretraining_instances import (KEEP, Corpus, MaskingConfig, MaskingScanner,
-                                                   create_instances, masking_draws, truncated)
+from cleanup_scripts.records import mt_stream, pretraining_instances
+from cleanup_scripts.records.pretraining_instances import (KEEP, Corpus, MaskingConfig,
+                                                           MaskingScanner, create_instances,
+                                                           masking_draws, truncated)
 
 CLS, SEP = -1, -2
 

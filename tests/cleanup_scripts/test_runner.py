@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import time
 
-from cleanup_scripts.runner import map_in_workers, shared_workers
+from cleanup_scripts.pipeline.runner import map_in_workers, shared_workers
 
 
 def _worker_pid(item: int) -> tuple[int, int]:
@@ -34,7 +34,7 @@ def _hold_memory(megabytes: int) -> int:
 
 
 def test_peak_rss_counts_workers_of_a_shared_pool_that_are_still_running():
-    from cleanup_scripts.runner import peak_rss_mb
+    from cleanup_scripts.pipeline.runner import peak_rss_mb
     before = peak_rss_mb()
     with shared_workers(2):
         map_in_workers(_hold_memory, [int(before) + 200, 1], 2, desc="memory")

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from nltk.tokenize.punkt import PunktSentenceTokenizer
 
+from benchmark.files import InputError
 import cleanup_scripts
-from cleanup_scripts import sentence_splitter
 from cleanup_scripts.do_sentence_segmentation import segment_file, segment_lines
-from cleanup_scripts.fileio import InputError
-from cleanup_scripts.sentence_splitter import (PunktSentenceSplitter, get_splitter,
-                                               load_parameters, split_sentences)
+from cleanup_scripts.text import sentence_splitter
+from cleanup_scripts.text.sentence_splitter import (PunktSentenceSplitter, get_splitter,
+                                                    load_parameters, split_sentences)
 from tests.cleanup_scripts.punkt_oracle import PERIOD_CONTEXT, nltk_parameters, oracle_split
 from tests.conftest import md5_of, read_md5_manifest, run_module
 from tests.corpus import WIKI_EXTRACTED_DIR, cleaned_bytes

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from cleanup_scripts.do_gather import gathered_bytes, plan_parts, worker_splits
+from benchmark.files import InputError
 from cleanup_scripts import seperate_test_set as separation
-from cleanup_scripts.fileio import InputError
+from cleanup_scripts.do_gather import gathered_bytes, plan_parts, worker_splits
 from tests.conftest import md5_of, run_module
 from tests.corpus import build_text_tree
 

@@ -27,12 +27,12 @@ import pytest
 pytest.importorskip("gcp_storage_emulator", reason="the GCS emulator (test extra) is needed")
 google_crc32c = pytest.importorskip("google_crc32c")
 
+from benchmark.files import InputError  # noqa: E402
 import cleanup_scripts  # noqa: E402
-from cleanup_scripts import checksums  # noqa: E402
+from cleanup_scripts.artifacts import checksums  # noqa: E402
 from cleanup_scripts.artifacts import storage, transfer, verify_bucket  # noqa: E402
-from cleanup_scripts.fileio import InputError  # noqa: E402
-from cleanup_scripts.layout import DatasetLayout  # noqa: E402
-from cleanup_scripts.ledger import Entry, write_manifest  # noqa: E402
+from cleanup_scripts.pipeline.layout import DatasetLayout  # noqa: E402
+from cleanup_scripts.pipeline.ledger import Entry, write_manifest  # noqa: E402
 from tests.cleanup_scripts.range_server import loopback  # noqa: E402
 from tests.conftest import REPO, md5_of, run_module  # noqa: E402
 
@@ -183,7 +183,7 @@ def test_upload_then_verify_the_bucket_copy(dataset, bucket):
                        f"--source_dir={dataset}")
     assert "0 transferred, 7 already there with the right md5" in again.stdout
 
-    verified = run_module("cleanup_scripts.verify", url)
+    verified = run_module("cleanup_scripts.artifacts.verify", url)
     assert "ok       vocab.txt" in verified.stdout
     assert "ok       bert_config.json" in verified.stdout
     assert "missing  tf1_ckpt/model.ckpt-28252.index" in verified.stdout
@@ -199,7 +199,7 @@ def test_verify_names_a_corrupted_object_and_upload_repairs_it(dataset, bucket):
     client = storage.make_client()
     client.bucket(bucket).blob("bert/vocab.txt").upload_from_string(bytes(vocab))
 
-    result = run_module("cleanup_scripts.verify", url, "--hide_missing", check=False)
+    result = run_module("cleanup_scripts.artifacts.verify", url, "--hide_missing", check=False)
     assert result.returncode == 1
     assert (f"differs  vocab.txt  [md5 {hashlib.md5(vocab).hexdigest()}, "
             f"expected 64800d5d8528ce344256daf115d4965e]") in result.stdout
@@ -209,7 +209,7 @@ def test_verify_names_a_corrupted_object_and_upload_repairs_it(dataset, bucket):
 
                           f"--source_dir={dataset}")
     assert "1 transferred, 6 already there" in repaired.stdout
-    assert run_module("cleanup_scripts.verify", url).returncode == 0
+    assert run_module("cleanup_scripts.artifacts.verify", url).returncode == 0
 
 
 def test_verify_finds_reference_layout_in_a_bucket(bucket):
@@ -355,7 +355,7 @@ def test_bucket_refuses_bytes_that_are_not_the_md5_sent(tmp_path, bucket):
 
 def test_missing_bucket_is_a_one_line_error(emulator, monkeypatch):
     monkeypatch.setenv(storage.EMULATOR_ENV, emulator)
-    result = run_module("cleanup_scripts.verify", "gs://no-such-bucket/x", check=False)
+    result = run_module("cleanup_scripts.artifacts.verify", "gs://no-such-bucket/x", check=False)
     assert result.returncode == 1
     assert result.stderr.strip() == "error: gs://no-such-bucket/x: not found (no such bucket " \
                                     "or object)"
@@ -405,7 +405,7 @@ def test_a_bad_bucket_name_is_one_line_before_any_request(dataset, monkeypatch):
     for args in (["cleanup_scripts.artifacts.upload", f"--bucket={url}", f"--source_dir={dataset}"],
                  ["cleanup_scripts.artifacts.storage", "ls", url],
                  ["cleanup_scripts.artifacts.storage", "download", url, str(dataset / "copy")],
-                 ["cleanup_scripts.verify", url]):
+                 ["cleanup_scripts.artifacts.verify", url]):
         result = run_module(*args, check=False)
         assert (result.returncode, result.stdout, result.stderr) == (1, "", expected), args
     assert not (dataset / ".state" / "upload").exists()

@@ -1,4 +1,4 @@
-"""cleanup_scripts.tokenization gives the reference tokenization.py's tokens and vocabulary.
+"""cleanup_scripts.records.tokenization gives the reference tokenization.py's tokens and vocabulary.
 
 Expected values in fixtures/pretraining/tokenization.json come from the reference module
 itself (see fixtures/pretraining/README.md): token lists for single strings, md5s over the
@@ -15,10 +15,11 @@ from array import array
 
 import pytest
 
-from cleanup_scripts import VOCAB_FILE, tokenization
-from cleanup_scripts.fileio import InputError
-from cleanup_scripts.tokenization import (BasicTokenizer, FullTokenizer, WordpieceTokenizer,
-                                          clean_text, load_vocab)
+from benchmark.files import InputError
+from cleanup_scripts import VOCAB_FILE
+from cleanup_scripts.records import tokenization
+from cleanup_scripts.records.tokenization import (BasicTokenizer, FullTokenizer, WordpieceTokenizer,
+                                                  clean_text, load_vocab)
 from tests.pretraining_cases import FIXTURES, sweep_lines, write_vocab
 
 DOCUMENT = json.loads((FIXTURES / "tokenization.json").read_text(encoding="utf-8"))

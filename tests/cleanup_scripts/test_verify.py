@@ -9,10 +9,10 @@ import pytest
 from benchmark import files
 from benchmark.errors import exit_on_user_error
 import cleanup_scripts
-from cleanup_scripts import checksums
+from cleanup_scripts.artifacts import checksums
 from cleanup_scripts.artifacts import verify, verify_dir
-from cleanup_scripts.layout import DatasetLayout
-from cleanup_scripts.ledger import Entry, write_manifest
+from cleanup_scripts.pipeline.layout import DatasetLayout
+from cleanup_scripts.pipeline.ledger import Entry, write_manifest
 from tests.conftest import run_module
 
 OFFICIAL_EVAL_MD5 = checksums.CHECKSUMS_DIR / checksums.EVAL_ARTICLES_FILE
@@ -151,7 +151,7 @@ def test_verify_refuses_a_manifest_row_leading_out_and_reads_nothing(tmp_path, r
     (root / "text" / "zero").symlink_to("/dev/zero")
     (root / "text" / "secret").symlink_to(secret)
     os.mkfifo(root / "text" / "fifo")
-    result = run_module("cleanup_scripts.verify", str(root), "--rehash", check=False)
+    result = run_module("cleanup_scripts.artifacts.verify", str(root), "--rehash", check=False)
     assert result.returncode == 1
     assert result.stderr.startswith(f"error: {manifest}:3: '{row}' "
                                     f"{reason.format(root=root, secret=secret)}")
@@ -171,7 +171,7 @@ def test_verify_never_follows_a_link_out_of_the_tree_nor_quotes_what_it_leads_to
         preprocess_output(root, [])
     (root / "results").mkdir(parents=True)
     (root / "results" / "eval.md5").symlink_to(secret)
-    result = run_module("cleanup_scripts.verify", str(root), check=False)
+    result = run_module("cleanup_scripts.artifacts.verify", str(root), check=False)
     assert result.returncode == 1
     assert result.stderr == (f"error: {root}: 'results/eval.md5' leads outside {root} (a link "
                              f"to {secret}); not read\n")
@@ -184,7 +184,7 @@ def test_verify_names_a_manifest_that_is_a_fifo(tmp_path):
     manifest = preprocess_output(root, [])
     manifest.unlink()
     os.mkfifo(manifest)  # opened for reading, it would wait for a writer for ever
-    result = run_module("cleanup_scripts.verify", str(root), check=False)
+    result = run_module("cleanup_scripts.artifacts.verify", str(root), check=False)
     assert (result.returncode, result.stdout) == (1, "")
     assert result.stderr == (f"error: {root}: 'manifest.tsv' is a FIFO, not a regular file; "
                              f"not read\n")
@@ -221,7 +221,7 @@ def test_verify_refuses_a_manifest_that_is_not_the_one_the_build_wrote(tmp_path,
     else:
         ledger = layout.state_dir / "manifest.outputs"
         ledger.write_text(ledger.read_text().splitlines()[0] + "\n")
-    line = one_error_line(run_module("cleanup_scripts.verify", str(root), check=False))
+    line = one_error_line(run_module("cleanup_scripts.artifacts.verify", str(root), check=False))
     record = f"({layout.manifest_record}): changed since; delete it and run make preprocess " \
              f"again to rewrite it"
     expected = {
@@ -251,7 +251,7 @@ def test_verify_names_the_first_missing_files_and_counts_the_rest(tmp_path):
     root = tmp_path / "out"
     rows = [f"text/m{i:03d}" for i in range(45)]
     preprocess_output(root, rows)
-    result = run_module("cleanup_scripts.verify", str(root), check=False)
+    result = run_module("cleanup_scripts.artifacts.verify", str(root), check=False)
     assert result.returncode == 1
     lines = result.stdout.splitlines()
     assert [line for line in lines if line.startswith("missing ")] == [

@@ -7,8 +7,8 @@ the same); next_sentence_labels is the offset. A one-layer model learns to read 
 any unmasked token, so masked-LM accuracy climbs from chance (1/vocab) to ~1.0 within a few
 dozen updates, which lets a test reach the benchmark's real target 0.720.
 
-Records are written with the shared feature spec's encoder (cleanup_scripts.pretraining_features),
-the same protos create_pretraining_data writes.
+Records are written with the shared feature spec's encoder
+(cleanup_scripts.records.pretraining_features), the same protos create_pretraining_data writes.
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cleanup_scripts.pretraining_features import (encode_examples, feature_spec, read_records,
-                                                  write_records)
+from cleanup_scripts.records.pretraining_features import (encode_examples, feature_spec,
+                                                          read_records, write_records)
 
 SEQ_LENGTH = 16
 MAX_PREDICTIONS = 4

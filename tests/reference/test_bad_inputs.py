@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cleanup_scripts.pretraining_features import encode_examples, write_records
-from cleanup_scripts.pretraining_features import RecordLayout
 from benchmark.errors import UserError
+from cleanup_scripts.records.pretraining_features import encode_examples, write_records
+from cleanup_scripts.records.pretraining_features import RecordLayout
 from reference import input_pipeline
 from reference.bert_config import ConfigError, load_bert_config
 from reference.distribution import StrategyError, tf_config

@@ -37,17 +37,17 @@ import tensorflow as tf
 from absl import flags
 
 from benchmark.log_check import check_log
+from cleanup_scripts.records.pretraining_features import RecordLayout
 from reference import checkpoint as ckpt
-from cleanup_scripts.pretraining_features import RecordLayout
 from reference import input_pipeline
+from reference.bert_config import load_bert_config
+from reference.model import BertPretrainingModel, dummy_features
 from reference.preflight import preflight
 from reference.run_flags import define_flags
+from reference.run_log import end_partial_line
 from reference.run_loop import RunResult, train
 from reference.run_options import options_from_flags
 from reference.run_pretraining import EXIT_TARGET_NOT_REACHED
-from reference.bert_config import load_bert_config
-from reference.model import BertPretrainingModel, dummy_features
-from reference.run_log import end_partial_line
 from reference.trainer import CHECKPOINT_NAME, DropoutKeys, KeyedDropout, use_keyed_dropout
 from tests.conftest import REPO
 from tests.reference import synthetic_data

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cleanup_scripts.pretraining_features import (RecordLayout, encode_examples,
-                                                  write_records)
+from cleanup_scripts.records.pretraining_features import (RecordLayout, encode_examples,
+                                                          write_records)
 from reference import input_pipeline
 from tests.reference import synthetic_data
 from tests.reference.test_bad_inputs import assert_one_error_line

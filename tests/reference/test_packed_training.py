@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from cleanup_scripts.pack_pretraining_data import PackOptions, pack_files
-from cleanup_scripts.pretraining_features import (decode_example, encode_examples,
-                                                  feature_spec, packed_feature_spec,
-                                                  read_records, write_records)
+from cleanup_scripts.records.pretraining_features import (decode_example, encode_examples,
+                                                          feature_spec, packed_feature_spec,
+                                                          read_records, write_records)
 from tests.conftest import run_module
 from tests.reference.test_bad_inputs import assert_one_error_line
 from tests.reference.test_bert_large_variables import bert_large  # noqa: F401 (fixture)

@@ -14,10 +14,10 @@ import tensorflow as tf
 from absl import flags
 
 from benchmark import cadence
-from cleanup_scripts.pretraining_features import RecordLayout
+from cleanup_scripts.records.pretraining_features import RecordLayout
 from reference import input_pipeline, presets
-from reference.preflight import preflight
 from reference.optimizer_settings import DEFAULT_OPTIMIZER
+from reference.preflight import preflight
 from reference.run_flags import define_flags, read_flags
 from reference.run_options import UsageError, options_from_flags
 from tests.reference import synthetic_data
@@ -159,7 +159,7 @@ def test_gpu_preset_options_give_the_cadence_and_log_of_batch_768(name, tmp_path
 
 @pytest.mark.parametrize("name", GPU_PRESETS)
 def test_gpu_preset_reads_the_packed_dataset_unless_nopacked(name):
-    from cleanup_scripts.layout import DatasetLayout
+    from cleanup_scripts.pipeline.layout import DatasetLayout
     layout = DatasetLayout(Path.cwd() / "build" / "dataset")
     packed = read_flags(parse(f"--preset={name}"))
     assert packed["input_file"] == f"{layout.packed_dir}/part-*"
@@ -214,7 +214,7 @@ def test_preset_errors():
 
 
 def test_demo_preset_defaults_to_the_make_preprocess_output():
-    from cleanup_scripts.layout import DatasetLayout
+    from cleanup_scripts.pipeline.layout import DatasetLayout
     values = presets.resolve("demo")
     records = DatasetLayout(Path.cwd() / "build" / "dataset").tfrecord_dir
     assert values["input_file"] == f"{records}/part-*"

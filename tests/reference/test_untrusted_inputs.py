@@ -26,18 +26,18 @@ import pytest
 import tensorflow as tf
 from absl import flags
 
-from cleanup_scripts.pretraining_features import encode_examples, write_records
+from cleanup_scripts.records.pretraining_features import encode_examples, write_records
+from cleanup_scripts.records.pretraining_features import RecordLayout
 from reference import checkpoint as ckpt
-from cleanup_scripts.pretraining_features import RecordLayout
 from reference import input_pipeline
+from reference.bert_config import load_bert_config
+from reference.error_text import OutputError
 from reference.preflight import CheckedInputs, preflight
 from reference.resume import peek_progress
 from reference.run_flags import define_flags
+from reference.run_log import LogFile
 from reference.run_loop import train
 from reference.run_options import RunOptions, UsageError, options_from_flags
-from reference.bert_config import load_bert_config
-from reference.error_text import OutputError
-from reference.run_log import LogFile
 from reference.trainer import CHECKPOINT_NAME, OptimizerSettings, Trainer
 from tests.conftest import REPO
 from tests.reference import synthetic_data

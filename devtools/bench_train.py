@@ -1,7 +1,7 @@
 """`make bench-train`: our trainer's speed, eval time, MFU and peak memory beside the MLCommons
 reference's TF1 graph, on the same BERT config, synthetic batches and optimizer flags.
 
-    python -m reference.bench --reference_dir=PATH/retired_benchmarks/bert [--shapes=...]
+    python -m devtools.bench_train --reference_dir=PATH/retired_benchmarks/bert [--shapes=...]
         [--sides=...] [--repeats=N] [--output=build/bench/train.md]
 
 Each side runs in its own process (TF1 graph mode and TF2 never share one): `reference` (its
@@ -33,8 +33,9 @@ from benchmark.constants import EVAL_SAMPLES
 from benchmark.errors import UserError, exit_on_user_error
 from reference.bert_config import ConfigError, config_from_dict
 from reference.optimizer_settings import DEFAULT_OPTIMIZER
+from reference.presets import PRESET_DIR
 
-DEFAULT_CONFIG = Path(__file__).resolve().parent / "presets" / "demo_bert_config.json"
+DEFAULT_CONFIG = PRESET_DIR / "demo_bert_config.json"
 WARMUP_STEPS = 2
 SEED = 12345
 REFERENCE_MODULES = ("modeling.py", "optimization.py", "lamb_optimizer_v1.py",
@@ -209,8 +210,8 @@ def packed_batches(batches: list[dict], batch_size: int, seq_length: int) -> tup
 
     from cleanup_scripts.pack_pretraining_data import (PackOptions, row_columns, row_order,
                                                        sequences_from_columns)
-    from cleanup_scripts.packing import most_per_row
-    from cleanup_scripts.pretraining_features import RecordLayout
+    from cleanup_scripts.packing.plan import most_per_row
+    from cleanup_scripts.records.pretraining_features import RecordLayout
     columns = {key: np.concatenate([batch[key] for batch in batches]) for key in batches[0]}
     data = sequences_from_columns(columns)
     options = PackOptions(seq_length, batches[0]["masked_lm_positions"].shape[1], 3, SEED)
@@ -568,9 +569,9 @@ def run_side(side: str, spec: Mapping) -> dict:
         root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         process = subprocess.run(
-            [sys.executable, "-m", "reference.bench", "--worker", side, "--spec", str(spec_path),
-             "--result", str(result_path)], cwd=root, env=env, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True)
+            [sys.executable, "-m", "devtools.bench_train", "--worker", side, "--spec",
+             str(spec_path), "--result", str(result_path)], cwd=root, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if process.returncode != 0 or not result_path.exists():
             tail = process.stdout.strip().splitlines()[-1:] or ["(no output)"]
             raise BenchError(f"the {side} side failed (exit {process.returncode}): {tail[0]}")

@@ -38,7 +38,7 @@ import unicodedata
 from array import array
 from typing import Callable, Iterable, Sequence
 
-from cleanup_scripts.fileio import InputError, refuse_special_file
+from benchmark.files import InputError, refuse_special_file
 
 VOCAB_LIMIT = 64 << 20  # bytes: a vocabulary 300 times BERT's (226 KiB) is no vocabulary
 

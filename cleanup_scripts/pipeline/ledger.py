@@ -19,9 +19,10 @@ from pathlib import Path
 
 from absl import logging
 
-from benchmark.files import RefusedFile, md5_file, read_regular, resolve_inside
-from cleanup_scripts.fileio import InputError, atomic_output, printable
-from cleanup_scripts.layout import DatasetLayout
+from benchmark.errors import printable
+from benchmark.files import (InputError, RefusedFile, atomic_output, md5_file, read_regular,
+                             resolve_inside)
+from cleanup_scripts.pipeline.layout import DatasetLayout
 
 # A state file holds a key and a short line per output: anything longer is damage.
 STATE_LIMIT = 16 << 20

@@ -1,6 +1,6 @@
 """`make bench` (data pipeline): our stages against the reference scripts, side by side.
 
-    python -m cleanup_scripts.bench --reference_dir=PATH/retired_benchmarks/bert/cleanup_scripts \\
+    python -m devtools.bench_data --reference_dir=PATH/retired_benchmarks/bert/cleanup_scripts \\
         [--dump=SAMPLE.xml.bz2] [--dump_copies=4] \\
         [--text_dir=build/dataset/text] [--text_copies=8] [--text_only] \\
         [--part=build/dataset/results/part-00000-of-00500] [--part_copies=8] \\
@@ -19,9 +19,9 @@ copies somewhat cheaper for us than new text would be. The reference's TF1 scrip
 Punkt parameters (so it is NLTK 3.10's speed, not 3.4.5's) unless `--reference_python` names
 one with NLTK 3.4.5. Extraction is timed on `--dump_copies` copies of a dump's pages: the
 reference's WikiExtractor 2.75 as the reference ran it (its own `main` and `process_dump` on the
-plain XML, through `cleanup_scripts.wikiextractor_275` on this Python, or the original file under
-`--extractor_python`, e.g. a Python 3.7), against ours on the same XML and on the same pages as a
-multistream bz2 (decompression included), one process each, then ours on every core. Ends with
+plain XML, through `cleanup_scripts.text.wikiextractor_275` on this Python, or the original file
+under `--extractor_python`, e.g. a Python 3.7), against ours on the same XML and on the same pages
+as a multistream bz2 (decompression included), one process each, then ours on every core. Ends with
 a projection of the whole `make preprocess DUMP=` of the official dump on larger machines.
 
 Packing (`pack_pretraining_data`, which the reference lacks, so ours alone): the packer CLI
@@ -49,11 +49,12 @@ from pathlib import Path
 
 from benchmark import constants
 from benchmark.errors import exit_on_user_error
-from cleanup_scripts import (PUNKT_ENGLISH_DIR, SAMPLE_DUMP, VOCAB_FILE, checksums, dump_chunks,
-                             wikiextractor_275)
-from cleanup_scripts.fileio import InputError, atomic_output, ensure_dir
-from cleanup_scripts.pretraining_features import count_records
-from cleanup_scripts.tfrecord_digest import tfrecord_digest
+from benchmark.files import InputError, atomic_output, ensure_dir
+from cleanup_scripts import PUNKT_ENGLISH_DIR, SAMPLE_DUMP, VOCAB_FILE
+from cleanup_scripts.artifacts import checksums
+from cleanup_scripts.records.pretraining_features import count_records
+from cleanup_scripts.records.tfrecord_digest import tfrecord_digest
+from cleanup_scripts.text import dump_chunks, wikiextractor_275
 
 PRETRAINING_FLAGS = ("--do_lower_case=True", f"--max_seq_length={constants.MAX_SEQ_LENGTH}",
                      f"--max_predictions_per_seq={constants.MAX_PREDICTIONS_PER_SEQ}",
@@ -72,8 +73,8 @@ runpy.run_path(script, run_name="__main__")
 # Runs WikiExtractor 2.75's own `main` (and so its own serial `process_dump`) on this Python,
 # its clock fixed as ours is: argv[1] is the date, the rest its command line.
 _ORIGINAL_EXTRACTOR = """import datetime, sys
-from cleanup_scripts import wikiextractor_275
-from cleanup_scripts.extract import PinnedClock
+from cleanup_scripts.text import wikiextractor_275
+from cleanup_scripts.text.extract import PinnedClock
 script = wikiextractor_275.load()
 script.time = PinnedClock(datetime.datetime.fromisoformat(sys.argv[1]))
 sys.argv = ["WikiExtractor.py"] + sys.argv[2:]
@@ -188,7 +189,7 @@ def bench_extraction(dump: Path, copies: int, work: Path, extractor_python: str 
                     str(wikiextractor_275.installed_script())]
     else:
         original = [sys.executable, "-c", _ORIGINAL_EXTRACTOR, date]
-    ours = [sys.executable, "-m", "cleanup_scripts.extract", f"--date={date}"]
+    ours = [sys.executable, "-m", "cleanup_scripts.text.extract", f"--date={date}"]
     commands = {
         "reference": original + [str(xml_path), "-o", "reference", "-q", "--processes", "1"],
         "ours": ours + [f"--input={xml_path}", "--output_dir=ours", "--processes=1"],

@@ -1,13 +1,13 @@
 """How far `make check` agrees with MLCommons on published results: one table row per round.
 
-    python -m benchmark.agreement --logging_repo DIR v1.0=DIR v1.1=DIR ... v5.0=DIR
+    python -m devtools.agreement --logging_repo DIR v1.0=DIR v1.1=DIR ... v5.0=DIR
 
 Each positional argument names a round and a local copy of its results repository
 (github.com/mlcommons/training_results_vX.Y). Every BERT result folder in it
 (`<submitter>/results/<system>/bert/`) is checked under the round's ruleset by our checker,
 and every log by the compliance checker MLCommons ran that round: the `mlperf_logging` of
 the round's tag in a clone of github.com/mlcommons/logging (`--logging_repo`,
-`benchmark.round_checker`). Without a clone the round's verdict is approximated by the
+`devtools.round_checker`). Without a clone the round's verdict is approximated by the
 installed checker with the round's known leniency (`benchmark.rulesets`), and the output says
 so. Our checker agrees on a log when it fails exactly the logs the round's checker fails. A
 log the round's checker passed that we fail only for a training-rule sentence the compliance
@@ -33,10 +33,10 @@ from benchmark.errors import UserError, printable
 from benchmark.log_check import LogReport
 from benchmark.official import untrusted_values
 from benchmark.problems import ERROR
-from benchmark.round_checker import RoundVerdict, cache_folder, round_verdicts
 from benchmark.rules import BEYOND_OFFICIAL
 from benchmark.rulesets import RULESETS
 from benchmark.submission import OLYMPIC_NOTE, ResultFolder, check_result_folder
+from devtools.round_checker import RoundVerdict, cache_folder, round_verdicts
 
 DEFAULT_CACHE = Path("build/round_checkers")
 
@@ -183,7 +183,7 @@ def breaches_text(rounds: Sequence[RoundAgreement]) -> list[str]:
 
 
 def _parse(argv: Sequence[str] | None) -> tuple[list[tuple[str, Path]], argparse.Namespace]:
-    parser = argparse.ArgumentParser(prog="python -m benchmark.agreement",
+    parser = argparse.ArgumentParser(prog="python -m devtools.agreement",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("rounds", nargs="+", metavar="vX.Y=DIR",
                         help="a round and a local copy of its training_results repository")

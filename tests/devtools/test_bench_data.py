@@ -5,11 +5,11 @@ import re
 
 import pytest
 
-from cleanup_scripts import bench
-from cleanup_scripts.bench import Measurement
+from benchmark.files import InputError
 from cleanup_scripts.create_pretraining_data import write_pretraining_data
-from cleanup_scripts.fileio import InputError
-from cleanup_scripts.pretraining_features import count_records
+from cleanup_scripts.records.pretraining_features import count_records
+from devtools import bench_data as bench
+from devtools.bench_data import Measurement
 
 
 def test_projection_is_limited_by_memory_per_core():

@@ -25,9 +25,9 @@ from typing import Callable
 import numpy as np
 from tqdm import tqdm
 
-from cleanup_scripts.mt_stream import (MAX_CHAR_BITS, ShuffleScanner, WordStream, randbelow_bulk,
-                                       random_below, shuffle_heads)
-from cleanup_scripts.runner import inner_bar_disabled
+from cleanup_scripts.pipeline.runner import inner_bar_disabled
+from cleanup_scripts.records.mt_stream import (MAX_CHAR_BITS, ShuffleScanner, WordStream,
+                                               randbelow_bulk, random_below, shuffle_heads)
 
 # Longest --max_seq_length (see the module docstring).
 MAX_SEQ_LENGTH = 4096

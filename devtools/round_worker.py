@@ -1,9 +1,9 @@
 """Runs one round's `mlperf_logging` compliance checker on logs, in its own process.
 
     PYTHONPATH=<the round's mlperf_logging source>:<this project> \
-        python -m benchmark.round_worker <ruleset>  < paths (JSON lines)  > verdicts (JSON lines)
+        python -m devtools.round_worker <ruleset>  < paths (JSON lines)  > verdicts (JSON lines)
 
-`benchmark.round_checker` starts it with the round's package first on the path, so
+`devtools.round_checker` starts it with the round's package first on the path, so
 `import mlperf_logging` finds that round's code, not the installed one. Each input line is
 a JSON string, the path of a log; each output line is {"path", "passed", "messages"}: the
 checker's verdict and its error messages (warnings left out). Nothing but those lines goes

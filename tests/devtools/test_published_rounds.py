@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.agreement import agree
+from devtools.agreement import agree
 
 ROUNDS = dict(item.split("=", 1) for item in os.environ.get("MLPERF_RESULTS", "").split(",")
               if "=" in item)

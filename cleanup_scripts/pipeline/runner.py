@@ -17,7 +17,7 @@ from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 
 from tqdm import tqdm
 
-from cleanup_scripts.fileio import expand_inputs
+from benchmark.files import expand_inputs
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")

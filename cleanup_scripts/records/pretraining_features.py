@@ -48,7 +48,7 @@ import google_crc32c
 import numpy as np
 
 from benchmark.errors import one_line
-from cleanup_scripts.fileio import InputError
+from benchmark.files import InputError
 
 FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions",
                  "masked_lm_ids", "masked_lm_weights", "next_sentence_labels")

@@ -55,8 +55,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, TypeVar
 
+from benchmark.files import InputError
 import cleanup_scripts
-from cleanup_scripts.fileio import InputError
 
 # md5 of the vendored English model files.
 PUNKT_FILE_MD5 = {

@@ -1,4 +1,4 @@
-"""benchmark.agreement and benchmark.round_checker on the published fixtures: a round's own
+"""devtools.agreement and devtools.round_checker on the published fixtures: a round's own
 checker runs from a git tag in a separate process, verdicts are compared log by log, and
 accepted results that break a rule sentence are listed, not counted as disagreements.
 
@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 import mlperf_logging
-from benchmark import agreement
-from benchmark.round_checker import RoundCheckerError, package_source, round_verdicts
 from benchmark.rulesets import RULESETS
+from devtools import agreement
+from devtools.round_checker import RoundCheckerError, package_source, round_verdicts
 
 PUBLISHED = Path(__file__).resolve().parents[1] / "fixtures" / "published"
 GALLERY = Path(__file__).resolve().parents[1] / "fixtures" / "logs"

@@ -16,12 +16,13 @@ from pathlib import Path
 from absl import logging
 
 from benchmark import files
-from cleanup_scripts import checksums
+from benchmark.files import InputError, ensure_dir, refuse_special_file
+from cleanup_scripts.artifacts import checksums
 from cleanup_scripts.artifacts import place
-from cleanup_scripts.fileio import InputError, ensure_dir, refuse_special_file
-from cleanup_scripts.layout import DatasetLayout
-from cleanup_scripts.ledger import DamagedState, Entry, OutputLedger, read_state, write_entries
-from cleanup_scripts.runner import StageProgress, StageSummary, map_in_workers, total_bytes
+from cleanup_scripts.pipeline.layout import DatasetLayout
+from cleanup_scripts.pipeline.ledger import (DamagedState, Entry, OutputLedger, read_state,
+                                             write_entries)
+from cleanup_scripts.pipeline.runner import StageProgress, StageSummary, map_in_workers, total_bytes
 
 PART_NAME = re.compile(r"part-\d+-of-\d+")
 EVAL_FILES = ("eval.txt", "eval.md5")  # eval.md5 is taken when DIR has it; eval.txt must be

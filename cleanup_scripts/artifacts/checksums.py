@@ -22,9 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmark.errors import printable
-from benchmark.files import read_regular, relative_path_problem, resolve_inside
+from benchmark.files import InputError, read_regular, relative_path_problem, resolve_inside
 from checksums import CHECKSUMS_DIR
-from cleanup_scripts.fileio import InputError
 
 # The md5sum manifests of official artifacts; each file's stem names its group.
 OFFICIAL_MANIFESTS = ("inputs.md5", "results.md5", "text-FE.md5")

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from cleanup_scripts.fileio import InputError, printable
+from benchmark.errors import printable
+from benchmark.files import InputError
 
 _PAGE_LINE = re.compile(rb"\n[ \t]*<page>")
 _PAGE_LINE_TEXT = re.compile(r"[ \t]*<page>")

@@ -1,10 +1,10 @@
 """Stage 2: the dump's XML to `text/AA/wiki_00 …`, exactly as the reference's WikiExtractor.
 
-    python -m cleanup_scripts.extract --input=DUMP.xml[.bz2|.gz] --output_dir=DIR/text
+    python -m cleanup_scripts.text.extract --input=DUMP.xml[.bz2|.gz] --output_dir=DIR/text
         [--date=2020-01-01] [--bytes=1M] [--processes=N]
 
 The text is written by the reference's own WikiExtractor.py (2.75, attardi/wikiextractor at
-3162bb6c, pip `wikiextractor==0.1`; `cleanup_scripts.wikiextractor_275` loads it unmodified on
+3162bb6c, pip `wikiextractor==0.1`; `cleanup_scripts.text.wikiextractor_275` loads it unmodified on
 this Python) with the settings the reference ran it with, `WikiExtractor.py DUMP.xml`: all
 defaults (no links, lists or section titles, `<doc id=… url=… title=…>` records in ~1 MB
 files, 100 per folder: `AA/wiki_00` … `AA/wiki_99`, `AB/wiki_00`, …). Note what that command
@@ -14,7 +14,7 @@ every template call expands to nothing (magic words such as {{CURRENTYEAR}} stil
 The script's own `main` sets every option from those command-line defaults; only its
 `process_dump` (one reader process feeding workers through queues) is replaced here by one
 that reads the dump in parallel with the same result: `<siteinfo>` is read as the script reads
-it, then the dump is cut into page-aligned chunks (`cleanup_scripts.dump_chunks`; a bz2
+it, then the dump is cut into page-aligned chunks (`cleanup_scripts.text.dump_chunks`; a bz2
 multistream dump by its streams, so decompression runs on every core too), workers run the
 script's `pages_from`, `keepPage` and `Extractor` on them, and the pages are written in dump
 order through the script's own `OutputSplitter`, so file boundaries fall where the script puts
@@ -59,11 +59,10 @@ from typing import Iterator
 
 from benchmark import constants
 from benchmark.errors import exit_on_user_error
-from benchmark.files import check_output
-from cleanup_scripts.fileio import (DiskFullError, InputError, disk_full, ensure_dir,
-                                    require_regular_file, temporary_name)
-from cleanup_scripts import dump_chunks, wikiextractor_275
-from cleanup_scripts.runner import StageProgress, StageSummary, report
+from benchmark.files import (DiskFullError, InputError, check_output, disk_full, ensure_dir,
+                             require_regular_file, temporary_name)
+from cleanup_scripts.pipeline.runner import StageProgress, StageSummary, report
+from cleanup_scripts.text import dump_chunks, wikiextractor_275
 
 MIN_FILE_SIZE = 200 * 1024  # WikiExtractor's own lower limit for --bytes
 CHUNK_BYTES = 16 << 20  # decoded dump text per worker task

@@ -4,7 +4,8 @@ The md5 runs over every record's features in sorted name order, each as the raw 
 int64 or float32 values, so two files with the same records in the same order agree whatever
 the byte layout of their protos. Decoding goes through TensorFlow's own parser
 (`tf.io.parse_example` with the standard fixed-length spec), independent of the project's
-writer; the records are read by the project's one TFRecord reader (checksums verified). Command line: python -m cleanup_scripts.tfrecord_digest FILE [SEQ_LEN] [MAX_PRED].
+writer; the records are read by the project's one TFRecord reader (checksums verified). Command
+line: python -m cleanup_scripts.records.tfrecord_digest FILE [SEQ_LEN] [MAX_PRED].
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import sys
 import numpy as np
 
 from benchmark import constants
-from cleanup_scripts.pretraining_features import RecordLayout, read_records, tf_feature_spec
+from cleanup_scripts.records.pretraining_features import RecordLayout, read_records, tf_feature_spec
 
 BATCH = 256  # records parsed per TensorFlow call
 

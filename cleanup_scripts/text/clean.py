@@ -2,7 +2,7 @@
 
 Drop-in for `clean.sh INPUT OUTPUT`:
 
-    python -m cleanup_scripts.clean text/AA/wiki_00.1 text/AA/wiki_00.2
+    python -m cleanup_scripts.text.clean text/AA/wiki_00.1 text/AA/wiki_00.2
 
 The reference pipes the file through `grep -v` twice and then ~70 `sed s///g` commands, one after
 another. Each command sees every line once, so applying the whole ordered list to one line
@@ -20,8 +20,8 @@ import time
 from typing import Iterator
 
 from benchmark.errors import exit_on_user_error
-from cleanup_scripts.fileio import InputError, atomic_output
-from cleanup_scripts.runner import StageSummary, report
+from benchmark.files import InputError, atomic_output
+from cleanup_scripts.pipeline.runner import StageSummary, report
 
 # Lines removed whole, each with a literal that such a line must contain: a leftover
 # `<doc ...>` header, and category links.
@@ -184,10 +184,11 @@ def write_cleaned(data: bytes, output_path: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """CLI drop-in for the reference clean.sh: `python -m cleanup_scripts.clean INPUT OUTPUT`."""
+    """CLI drop-in for the reference clean.sh:
+    `python -m cleanup_scripts.text.clean INPUT OUTPUT`."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2:
-        raise InputError("usage: python -m cleanup_scripts.clean INPUT OUTPUT")
+        raise InputError("usage: python -m cleanup_scripts.text.clean INPUT OUTPUT")
     started = time.time()
     print(f"Further clean up: {argv[0]} => {argv[1]}", file=sys.stderr)
     written = clean_file(argv[0], argv[1])

@@ -1,5 +1,5 @@
-"""`python -m reference.bench`: the FLOP count, the report, the argument errors and our side on a
-tiny config.
+"""`python -m devtools.bench_train`: the FLOP count, the report, the argument errors and our side on
+a tiny config.
 
 The reference side needs a checkout of the reference (not part of this project), so only our
 sides run here.
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reference import bench
+from devtools import bench_train as bench
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = {"attention_probs_dropout_prob": 0.1, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
@@ -37,7 +37,7 @@ def tiny_config(tmp_path) -> Path:
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "reference.bench", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "devtools.bench_train", *args], cwd=ROOT,
                           capture_output=True, text=True)
 
 

@@ -3,7 +3,7 @@
 A round's checker is the `mlperf_logging` of that round's git tag in mlcommons/logging
 (`benchmark.rulesets.Ruleset.checker_tag`). `round_verdicts` takes the tag's package out of a
 local clone of that repository (git archive, once, into a cache folder) and runs its compliance
-checker on many logs in one separate Python process (`benchmark.round_worker`), so the
+checker on many logs in one separate Python process (`devtools.round_worker`), so the
 installed `mlperf_logging` 4.x and the round's never meet in one interpreter. The worker is
 read as untrusted: both its pipes are drained as they come (of stderr only a tail is kept),
 each stdout line must be the verdict of the log it was given, and a tag or cached copy holding
@@ -182,7 +182,7 @@ def round_verdicts(paths: Sequence[str], ruleset: str, logging_repo: Path, cache
     source = package_source(logging_repo, ruleset_facts(ruleset).checker_tag, cache_dir)
     logs = list(dict.fromkeys(paths))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(source), str(PROJECT_ROOT)]))
-    worker = subprocess.Popen([sys.executable, "-m", "benchmark.round_worker", ruleset],
+    worker = subprocess.Popen([sys.executable, "-m", "devtools.round_worker", ruleset],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, errors="replace", env=env,
                               cwd=source)

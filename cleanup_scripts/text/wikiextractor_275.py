@@ -28,7 +28,7 @@ import types
 import warnings
 from pathlib import Path
 
-from cleanup_scripts.fileio import InputError
+from benchmark.files import InputError
 
 VERSION = "2.75"
 SOURCE_COMMIT = "3162bb6c3c9ebd2d15be507aa11d6fa818a454ac"
