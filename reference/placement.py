@@ -13,11 +13,14 @@ from reference.preflight import CheckedInputs
 from reference.run_options import DistributionOptions, RunOptions
 
 
-def strategy_for(distribution: DistributionOptions):
-    """The tf.distribute strategy `distribution` asks for; with cpu_devices > 1 the CPU is
-    split into that many devices first (before TensorFlow runs anything). StrategyError if
-    the devices cannot be had."""
+def strategy_for(distribution: DistributionOptions, deterministic: bool = False):
+    """The tf.distribute strategy `distribution` asks for. Before TensorFlow runs anything (the
+    caller's part), a CPU run with `deterministic` is set to run one op at a time (the same
+    bytes every run: `one_op_at_a_time`), and with cpu_devices > 1 the CPU is split into that
+    many devices. StrategyError if the devices or threads cannot be had."""
     from reference import distribution as dist
+    if deterministic and dist.on_cpu(distribution.strategy):
+        dist.one_op_at_a_time()
     count = distribution.cpu_devices
     devices = tuple(dist.logical_cpu_devices(count)) if count > 1 else ()
     return dist.make_strategy(dataclasses.replace(distribution.strategy, devices=devices))

@@ -41,6 +41,7 @@ from cleanup_scripts.fileio import printable
 from reference import console, run_flags
 from reference.run_flags import FLAGS, define_flags
 from reference.run_options import options_from_flags
+from reference.run_outputs import SET_ASIDE
 
 EXIT_TARGET_NOT_REACHED = 4  # the run used --num_train_steps without reaching the target
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports a process ended by SIGINT
@@ -108,17 +109,18 @@ def _run() -> None:
     options = inputs = None
     try:
         options = options_from_flags(FLAGS)
-        # The strategy comes before the files are read: multi-worker collectives and TPUs must
-        # be set up before TensorFlow runs anything (preflight reads files with tf.data).
-        strategy = strategy_for(options.distribution)
+        # The strategy comes before the files are read: TensorFlow's threads, multi-worker
+        # collectives and TPUs must be set up before it runs anything (preflight reads files
+        # with tf.data).
+        strategy = strategy_for(options.distribution, options.compute.deterministic)
         inputs = preflight(options)
         result = (train if options.do_train else evaluate_only)(options, inputs, strategy)
     except Interrupted as err:
         gc.collect()
-        resume = f"from {err.checkpoint}" if err.checkpoint else \
-            "(no checkpoint was saved yet: it starts over)"
-        print(f"interrupted at step {err.step}; run the same command to resume {resume}",
-              file=sys.stderr)
+        then = f"to resume from {printable(err.checkpoint)}" if err.checkpoint else \
+            ("to start over (no checkpoint was saved yet; this run's log and evals are then "
+             f"renamed to *.{SET_ASIDE}-N)")
+        print(f"interrupted at step {err.step}; run the same command {then}", file=sys.stderr)
         raise SystemExit(EXIT_INTERRUPTED) from None
     except (UserError, InternalError, *DATA_ERRORS) as err:
         failure = _failure(err, options, inputs)
