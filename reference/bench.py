@@ -558,8 +558,8 @@ def run_reference(spec: Mapping) -> dict:
 
 
 WORKERS = {"peak": run_peak, "reference": run_reference, "ours": run_ours,
-           "ours+nondeterministic": run_ours_nondeterministic, "ours+xla": run_ours_xla, "ours+bf16": run_ours_bf16,
-           "ours+packed": run_ours_packed, "matmuls": run_matmuls}
+           "ours+nondeterministic": run_ours_nondeterministic, "ours+xla": run_ours_xla,
+           "ours+bf16": run_ours_bf16, "ours+packed": run_ours_packed, "matmuls": run_matmuls}
 
 
 def run_side(side: str, spec: Mapping) -> dict:

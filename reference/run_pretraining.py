@@ -14,9 +14,11 @@ Training evaluates every eval_frequency(global batch) samples and stops at the f
 accuracy >= --target_mlm_accuracy (success) or after --num_train_steps (aborted); the MLPerf log
 is --mlperf_log (default OUTPUT_DIR/mlperf.log). The same command again resumes a killed or
 interrupted run from its newest complete checkpoint, bit for bit, and refuses other run
-settings. Step counts are micro-steps of --train_batch_size records (x --steps_per_update per
-optimizer update). TensorBoard summaries go to OUTPUT_DIR/train and OUTPUT_DIR/eval. More:
-docs/training.md.
+settings; a run stopped before its first checkpoint starts over, its log and evals renamed
+*.interrupted-N first. On a CPU the same command on the same data gives the same bytes every
+time (--deterministic, the default). Step counts are micro-steps of --train_batch_size records
+(x --steps_per_update per optimizer update). TensorBoard summaries go to OUTPUT_DIR/train and
+OUTPUT_DIR/eval. More: docs/training.md.
 
 Exit status: 0 the target reached (or not sought: eval only, --nodo_eval, --stop_steps);
 1 a problem with the flags, the inputs or an output, in one line "error: ..."; 4 the step
