@@ -392,16 +392,18 @@ def run_ours(spec: Mapping) -> dict:
     """Our TF2 trainer (`spec["use_xla"]`: with XLA; `spec["mixed_precision"]`: "bf16" or
     "none"; `spec["packed"]`: on packed rows; `spec["deterministic"]`, default True: one op at
     a time, as the trainer's --deterministic): timed train steps and eval, in this process."""
+    from reference import repeatable
+    if spec.get("deterministic", True):
+        repeatable.without_onednn()  # before TensorFlow is imported (this side's process)
     import numpy as np
     import tensorflow as tf
 
     from reference.bert_config import load_bert_config
-    from reference.distribution import one_op_at_a_time
     from reference.input_pipeline import EXAMPLE_WEIGHT
     from reference.trainer import Trainer, set_mixed_precision
 
     if spec.get("deterministic", True):
-        one_op_at_a_time()
+        repeatable.one_op_at_a_time()
     config = load_bert_config(spec["bert_config_file"])
     packed = bool(spec.get("packed"))
     train, evals = _data(spec, config.vocab_size, PACK_POOL_BATCHES if packed else 4)

@@ -7,8 +7,7 @@
 
 `logical_cpu_devices(n)` splits the host CPU into n logical devices before TensorFlow starts
 using it; with `devices=` a MirroredStrategy can then run n replicas on one CPU (how the
-distributed code paths are tested without accelerators). `one_op_at_a_time()` makes a CPU run
-repeatable, bit for bit.
+distributed code paths are tested without accelerators).
 
 A strategy's replicas share one *global* batch: `--train_batch_size` and `--eval_batch_size` are
 totals across all replicas (and workers), as in the MLCommons reference.
@@ -81,24 +80,6 @@ def logical_cpu_devices(count: int) -> list[str]:
 def on_cpu(request: StrategyRequest) -> bool:
     """Whether `request` computes on the host CPU (no TPU, no GPUs asked for)."""
     return not request.use_tpu and not request.num_gpus
-
-
-def one_op_at_a_time() -> None:
-    """Give TensorFlow one inter-op thread: it then runs one op at a time, each op still using
-    every core (its intra-op threads), so that a CPU run gives the same bytes every time.
-
-    With an inter-op thread per core, ops run side by side, and the same training on the same
-    data ended with different last bits in about a third of the processes (the demo model:
-    most checkpoint variables, and the evals, differed), while running one at a time gave the
-    same bytes in every run tried; TensorFlow's op determinism
-    (`tf.config.experimental.enable_op_determinism`) did not. Must run before TensorFlow
-    initialises (before any op runs); StrategyError otherwise.
-    """
-    try:
-        tf.config.threading.set_inter_op_parallelism_threads(1)
-    except RuntimeError as err:
-        raise StrategyError(f"cannot set TensorFlow's threads after it started ({err})") \
-            from err
 
 
 def make_strategy(request: StrategyRequest) -> tf.distribute.Strategy:

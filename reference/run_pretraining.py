@@ -40,7 +40,7 @@ from absl import app, flags
 
 from benchmark.errors import UserError, name_make_variables
 from cleanup_scripts.fileio import printable
-from reference import console, run_flags
+from reference import console, repeatable, run_flags
 from reference.run_flags import FLAGS, define_flags
 from reference.run_options import options_from_flags
 from reference.run_outputs import SET_ASIDE
@@ -102,6 +102,8 @@ def _keep_native_log(path: str) -> None:
 def _run() -> None:
     """Read the options, check the inputs and run; a failure the user can act on is one line
     "error: ..." (see `main`)."""
+    if FLAGS.deterministic:
+        repeatable.without_onednn()  # TensorFlow reads the switch once, when imported: next
     import tensorflow as tf
     tf.get_logger().setLevel("WARNING")  # its INFO lines (checkpoint sharding times) are noise
     from reference.input_pipeline import DATA_ERRORS
