@@ -5,10 +5,12 @@ reference's TF1 graph, on the same BERT config, synthetic batches and optimizer 
         [--sides=...] [--repeats=N] [--output=build/bench/train.md]
 
 Each side runs in its own process (TF1 graph mode and TF2 never share one): `reference` (its
-`model_fn_builder` in a `tf.compat.v1` Session), `ours` (`Trainer.train_steps`), `ours+xla`,
-`ours+bf16` (mixed precision: not the reference's arithmetic), `ours+packed` (sequences of
-the same kind packed into rows, `packed_batches`) and `matmuls` (the step's matrix products
-alone: the bound any float32 trainer on this TensorFlow can reach). MFU is `step_flops` per
+`model_fn_builder` in a `tf.compat.v1` Session), `ours` (`Trainer.train_steps`, one op at a
+time as the trainer runs on a CPU by default: bit-repeatable), `ours+nondeterministic` (ops
+side by side, as with --nodeterministic), `ours+xla`, `ours+bf16` (mixed precision: not the
+reference's arithmetic), `ours+packed` (sequences of the same kind packed into rows,
+`packed_batches`) and `matmuls` (the step's matrix products alone: the bound any float32
+trainer on this TensorFlow can reach). MFU is `step_flops` per
 second over the machine's dense matmul peak of the side's compute type, measured by `run_peak`
 before and after the sides. Eval time is extrapolated to the benchmark's 10,000 samples. The
 README's "Tests and benchmarks" section has the measured tables.
@@ -66,7 +68,8 @@ SHAPES = {
 }
 DEFAULT_SHAPES = "demo,bert-base,demo-512"
 # Each side's compute type: its MFU is against the matmul peak of that type.
-SIDE_DTYPES = {"reference": "float32", "ours": "float32", "ours+xla": "float32",
+SIDE_DTYPES = {"reference": "float32", "ours": "float32", "ours+nondeterministic": "float32",
+               "ours+xla": "float32",
                "ours+bf16": "bfloat16", "ours+packed": "float32", "matmuls": "float32"}
 # ours+packed packs this many training batches' sequences (a pool like the data set's mix).
 PACK_POOL_BATCHES = 32
@@ -388,7 +391,11 @@ def run_matmuls(spec: Mapping) -> dict:
 
 def run_ours(spec: Mapping) -> dict:
     """Our TF2 trainer (`spec["use_xla"]`: with XLA; `spec["mixed_precision"]`: "bf16" or
-    "none"; `spec["packed"]`: on packed rows): timed train steps and eval, in this process."""
+    "none"; `spec["packed"]`: on packed rows; `spec["deterministic"]`, default True: one op at
+    a time, as the trainer's --deterministic): timed train steps and eval, in this process."""
+    from reference import repeatable
+    if spec.get("deterministic", True):
+        repeatable.without_onednn()  # before TensorFlow is imported (this side's process)
     import numpy as np
     import tensorflow as tf
 
@@ -396,6 +403,8 @@ def run_ours(spec: Mapping) -> dict:
     from reference.input_pipeline import EXAMPLE_WEIGHT
     from reference.trainer import Trainer, set_mixed_precision
 
+    if spec.get("deterministic", True):
+        repeatable.one_op_at_a_time()
     config = load_bert_config(spec["bert_config_file"])
     packed = bool(spec.get("packed"))
     train, evals = _data(spec, config.vocab_size, PACK_POOL_BATCHES if packed else 4)
@@ -450,6 +459,11 @@ def run_ours(spec: Mapping) -> dict:
             "train_sequences": train_sequences,
             "masked_lm_accuracy": metrics["masked_lm_accuracy"],
             "peak_rss_kib": peak_rss_kib(), "tensorflow": tf.__version__}
+
+
+def run_ours_nondeterministic(spec: Mapping) -> dict:
+    """`run_ours` with TensorFlow's ops side by side (--nodeterministic)."""
+    return run_ours({**spec, "deterministic": False})
 
 
 def run_ours_xla(spec: Mapping) -> dict:
@@ -547,8 +561,8 @@ def run_reference(spec: Mapping) -> dict:
 
 
 WORKERS = {"peak": run_peak, "reference": run_reference, "ours": run_ours,
-           "ours+xla": run_ours_xla, "ours+bf16": run_ours_bf16,
-           "ours+packed": run_ours_packed, "matmuls": run_matmuls}
+           "ours+nondeterministic": run_ours_nondeterministic, "ours+xla": run_ours_xla,
+           "ours+bf16": run_ours_bf16, "ours+packed": run_ours_packed, "matmuls": run_matmuls}
 
 
 def run_side(side: str, spec: Mapping) -> dict:

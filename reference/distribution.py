@@ -77,6 +77,11 @@ def logical_cpu_devices(count: int) -> list[str]:
     return [device.name for device in tf.config.list_logical_devices("CPU")][:count]
 
 
+def on_cpu(request: StrategyRequest) -> bool:
+    """Whether `request` computes on the host CPU (no TPU, no GPUs asked for)."""
+    return not request.use_tpu and not request.num_gpus
+
+
 def make_strategy(request: StrategyRequest) -> tf.distribute.Strategy:
     """The strategy for `request` (see the module docstring); StrategyError if impossible."""
     if request.use_tpu:

@@ -13,11 +13,21 @@ from reference.preflight import CheckedInputs
 from reference.run_options import DistributionOptions, RunOptions
 
 
-def strategy_for(distribution: DistributionOptions):
-    """The tf.distribute strategy `distribution` asks for; with cpu_devices > 1 the CPU is
-    split into that many devices first (before TensorFlow runs anything). StrategyError if
-    the devices cannot be had."""
+def strategy_for(distribution: DistributionOptions, deterministic: bool = False):
+    """The tf.distribute strategy `distribution` asks for. Before TensorFlow runs anything (the
+    caller's part), a run with `deterministic` is held to oneDNN's kernels off (the caller
+    set that before importing TensorFlow) and, on a CPU, to one op at a time: the same bytes
+    every run (`reference.repeatable`); with cpu_devices > 1 the CPU is split into that many
+    devices. StrategyError if the devices or settings cannot be had."""
     from reference import distribution as dist
+    from reference import repeatable
+    if deterministic:
+        try:
+            repeatable.without_onednn()
+            if dist.on_cpu(distribution.strategy):
+                repeatable.one_op_at_a_time()
+        except repeatable.TooLate as err:
+            raise dist.StrategyError(f"--deterministic: {err}") from err
     count = distribution.cpu_devices
     devices = tuple(dist.logical_cpu_devices(count)) if count > 1 else ()
     return dist.make_strategy(dataclasses.replace(distribution.strategy, devices=devices))

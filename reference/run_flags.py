@@ -98,6 +98,11 @@ FLAG_TABLE = (
      "optimizer update is compiled either way); TPUs compile them anyway."),
     ("bool", "recompute_layers", False, "Recompute each transformer layer in the backward pass "
      "instead of keeping its activations: less memory, about a third more encoder compute."),
+    ("bool", "deterministic", True, "Turn TensorFlow's oneDNN kernels off and, on a CPU (no "
+     "--use_tpu, --num_gpus=0), run its ops one at a time, so that the same command on the "
+     "same data and machine gives the same checkpoints and evals, bit for bit; "
+     "--nodeterministic keeps oneDNN and lets ops run side by side (faster, but the weights "
+     "vary in their last bits from run to run)."),
     ("integer", "masked_lm_block_rows", MASKED_LM_BLOCK_ROWS, "Most masked-LM predictions whose "
      "logits (one row of vocab_size floats each) are formed at once; 0: all of a batch."),
     ("float", "dropout_override", None, "Set both dropout probabilities of the BERT config."),

@@ -14,7 +14,9 @@ None of them is rejected by the official checker, which skips keys it has no rul
 A run that does not evaluate the full 10,000 samples logs its true `eval_samples`.
 
 A resumed process appends its own complete section (init_start ... run_stop) to the same log,
-with sample counts continuing from the checkpoint. A process that fails after run_start (bad
+with sample counts continuing from the checkpoint. A run that starts over (no checkpoint to
+resume from) starts a new log: the earlier one is renamed first
+(`reference.run_outputs.set_aside_earlier_run`). A process that fails after run_start (bad
 data, an output it cannot write, an internal error) still ends its section with run_stop
 status "aborted" before it exits.
 

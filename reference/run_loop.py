@@ -18,15 +18,15 @@ from typing import TYPE_CHECKING, Any
 from absl import logging
 
 from benchmark import cadence, log_keys
-from benchmark.errors import UserError
+from benchmark.errors import UserError, printable
 from reference.console import CallPace, LiveLine, duration, eval_line, time_to_target
 from reference.error_text import SetupError, tensorflow_failure, writing
 from reference.placement import Placement, place
 from reference.preflight import CheckedInputs, prepare_output_dir
 from reference.resume import ResumePoint, find_resume_point, resumed_options, run_settings
 from reference.run_options import RunOptions, UsageError
-from reference.run_outputs import (output_dir_lock, save_checkpoint, summary_writer, write_eval,
-                                   write_scalars)
+from reference.run_outputs import (output_dir_lock, save_checkpoint, set_aside_earlier_run,
+                                   summary_writer, write_eval, write_scalars)
 
 if TYPE_CHECKING:  # TensorFlow-importing modules are imported where used (fast --help)
     from benchmark.mlperf_log import BertLogger
@@ -308,7 +308,9 @@ def _train_locked(options: RunOptions, inputs: CheckedInputs, placement: Placeme
 def _resume(options: RunOptions, inputs: CheckedInputs,
             chief: bool) -> tuple[RunOptions, ResumePoint | None]:
     """The options that continue the run in --output_dir and the checkpoint they resume from
-    (None: a new run); the chief also removes the folders that killed saves left there."""
+    (None: a new run); the chief also removes the folders that killed saves left there and,
+    for a new run, sets aside the outputs of an earlier one that stopped before its first
+    checkpoint (`set_aside_earlier_run`: its log, evals and scalars never mix with this run's)."""
     from reference import checkpoint as ckpt
     from reference.trainer import CHECKPOINT_NAME
     output_dir = options.output.output_dir
@@ -318,6 +320,12 @@ def _resume(options: RunOptions, inputs: CheckedInputs,
     if chief:
         with writing("--output_dir", output_dir):
             ckpt.remove_orphan_save_folders(output_dir, CHECKPOINT_NAME)
+            moved = [] if point else set_aside_earlier_run(output_dir,
+                                                            options.output.mlperf_log)
+        if moved:
+            logging.warning("no checkpoint to resume from: the run starts over; what an earlier "
+                            "run left is renamed to %s",
+                            ", ".join(printable(new) for _, new in moved))
     return options, point
 
 

@@ -57,10 +57,12 @@ class ModelOptions:
 
 @dataclass(frozen=True)
 class ComputeOptions:
-    """How the steps compute: the precision, XLA, and two memory savings that change no result
-    (recompute_layers, masked_lm_block_rows)."""
+    """How the steps compute: the precision, XLA, whether a CPU runs one op at a time (the same
+    bytes every run), and two memory savings that change no result (recompute_layers,
+    masked_lm_block_rows)."""
     mixed_precision: str  # "none", "bf16" or "fp16"
     use_xla: bool
+    deterministic: bool  # oneDNN off and, on a CPU, one op at a time (`reference.repeatable`)
     recompute_layers: bool  # recompute each layer in the backward pass
     masked_lm_block_rows: int  # most masked-LM rows whose logits are formed at once; 0: all
 
@@ -174,8 +176,8 @@ def options_from_flags(flag_values: flags.FlagValues) -> RunOptions:
     return RunOptions(
         do_train=v["do_train"], do_eval=v["do_eval"], seed=seed, seed_drawn=v["seed"] is None,
         model=ModelOptions(v["bert_config_file"], v["init_checkpoint"], v["dropout_override"]),
-        compute=ComputeOptions(v["mixed_precision"], v["use_xla"], v["recompute_layers"],
-                               v["masked_lm_block_rows"]),
+        compute=ComputeOptions(v["mixed_precision"], v["use_xla"], v["deterministic"],
+                               v["recompute_layers"], v["masked_lm_block_rows"]),
         data=DataOptions(v["input_file"], v["max_seq_length"], v["max_predictions_per_seq"],
                          v["train_batch_size"], v["steps_per_update"]),
         optimizer=_optimizer(v), schedule=_schedule(v), eval=evaluation, output=_output(v),

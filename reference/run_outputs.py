@@ -1,6 +1,7 @@
 """What a run writes in --output_dir besides the MLPerf log: checkpoints, eval_results.txt (the
 last eval), eval_history.csv (every eval) and TensorBoard scalars. A write that fails is an
-OutputError naming the file. A training run holds the folder's lock (`output_dir_lock`). A link
+OutputError naming the file. A training run holds the folder's lock (`output_dir_lock`); one
+that starts over sets aside what an earlier run left there (`set_aside_earlier_run`). A link
 planted where a run writes is refused before anything is written (`check_outputs`), and local
 files are appended to without following links (`open_append`).
 """
@@ -20,6 +21,11 @@ LOCK_NAME = ".lock"  # the chief's lock file; other workers' add -worker-<task>
 EVAL_HISTORY = "eval_history.csv"
 TENSORFLOW_LOG = "tensorflow.log"  # TensorFlow's own messages, moved there when a run ends
 SUMMARY_FOLDERS = ("train", "eval")  # TensorBoard's
+# What a training run writes besides checkpoints and the MLPerf log, files and TensorBoard
+# folders: a run that starts over renames these, as the log, to "<name>.interrupted-<n>".
+RUN_FILES = (EVAL_RESULTS, EVAL_HISTORY, TENSORFLOW_LOG)
+RUN_FOLDERS = SUMMARY_FOLDERS
+SET_ASIDE = "interrupted"
 
 
 def check_outputs(output_dir: str, mlperf_log: str | None) -> None:
@@ -78,6 +84,41 @@ def held_by_this_process(output_dir: str) -> bool:
             if handle.read(4096).startswith(f"pid {os.getpid()} on ".encode()):
                 return True
     return False
+
+
+def set_aside_earlier_run(output_dir: str, mlperf_log: str) -> list[tuple[str, str]]:
+    """Before a training run starts from step 0: rename what an earlier run that stopped before
+    its first checkpoint (Ctrl-C, a kill, a failure) left, so that the new run's MLPerf log,
+    evals and TensorBoard scalars are its own: a non-empty `mlperf_log`, and the files
+    eval_results.txt, eval_history.csv and tensorflow.log and the folders train/ and eval/ of `output_dir`,
+    each to "<name>.interrupted-<n>" beside it, n the lowest number free for all of them.
+    Anything else at those names (a folder for a file, a file for a folder) stays, for the
+    run's own writes to report.
+
+    Returns (old path, new path) of each renamed file or folder (none: nothing was there). A
+    rename that fails is an OSError or a TensorFlow error (callers wrap it in `writing`).
+    """
+    import tensorflow as tf
+
+    def is_file(path: str) -> bool:
+        return tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path)
+
+    files = [os.path.join(output_dir, name) for name in RUN_FILES]
+    folders = [os.path.join(output_dir, name) for name in RUN_FOLDERS]
+    paths = [mlperf_log, *files, *folders]
+    found = [path for path in files if is_file(path)] + \
+        [path for path in folders if tf.io.gfile.isdir(path)]
+    if is_file(mlperf_log) and tf.io.gfile.stat(mlperf_log).length:
+        found.insert(0, mlperf_log)
+    if not found:
+        return []
+    number = 1
+    while any(tf.io.gfile.exists(f"{path}.{SET_ASIDE}-{number}") for path in paths):
+        number += 1
+    moved = [(path, f"{path}.{SET_ASIDE}-{number}") for path in found]
+    for old, new in moved:
+        tf.io.gfile.rename(old, new)
+    return moved
 
 
 def save_checkpoint(manager, step: int) -> None:

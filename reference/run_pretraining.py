@@ -14,9 +14,11 @@ Training evaluates every eval_frequency(global batch) samples and stops at the f
 accuracy >= --target_mlm_accuracy (success) or after --num_train_steps (aborted); the MLPerf log
 is --mlperf_log (default OUTPUT_DIR/mlperf.log). The same command again resumes a killed or
 interrupted run from its newest complete checkpoint, bit for bit, and refuses other run
-settings. Step counts are micro-steps of --train_batch_size records (x --steps_per_update per
-optimizer update). TensorBoard summaries go to OUTPUT_DIR/train and OUTPUT_DIR/eval. More:
-docs/training.md.
+settings; a run stopped before its first checkpoint starts over, its log and evals renamed
+*.interrupted-N first. On a CPU the same command on the same data gives the same bytes every
+time (--deterministic, the default). Step counts are micro-steps of --train_batch_size records
+(x --steps_per_update per optimizer update). TensorBoard summaries go to OUTPUT_DIR/train and
+OUTPUT_DIR/eval. More: docs/training.md.
 
 Exit status: 0 the target reached (or not sought: eval only, --nodo_eval, --stop_steps);
 1 a problem with the flags, the inputs or an output, in one line "error: ..."; 4 the step
@@ -37,9 +39,10 @@ import tempfile
 from absl import app, flags
 
 from benchmark.errors import UserError, name_make_variables, printable
-from reference import console, run_flags
+from reference import console, repeatable, run_flags
 from reference.run_flags import FLAGS, define_flags
 from reference.run_options import options_from_flags
+from reference.run_outputs import SET_ASIDE
 
 EXIT_TARGET_NOT_REACHED = 4  # the run used --num_train_steps without reaching the target
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports a process ended by SIGINT
@@ -98,6 +101,8 @@ def _keep_native_log(path: str) -> None:
 def _run() -> None:
     """Read the options, check the inputs and run; a failure the user can act on is one line
     "error: ..." (see `main`)."""
+    if FLAGS.deterministic:
+        repeatable.without_onednn()  # TensorFlow reads the switch once, when imported: next
     import tensorflow as tf
     tf.get_logger().setLevel("WARNING")  # its INFO lines (checkpoint sharding times) are noise
     from reference.input_pipeline import DATA_ERRORS
@@ -107,17 +112,18 @@ def _run() -> None:
     options = inputs = None
     try:
         options = options_from_flags(FLAGS)
-        # The strategy comes before the files are read: multi-worker collectives and TPUs must
-        # be set up before TensorFlow runs anything (preflight reads files with tf.data).
-        strategy = strategy_for(options.distribution)
+        # The strategy comes before the files are read: TensorFlow's threads, multi-worker
+        # collectives and TPUs must be set up before it runs anything (preflight reads files
+        # with tf.data).
+        strategy = strategy_for(options.distribution, options.compute.deterministic)
         inputs = preflight(options)
         result = (train if options.do_train else evaluate_only)(options, inputs, strategy)
     except Interrupted as err:
         gc.collect()
-        resume = f"from {err.checkpoint}" if err.checkpoint else \
-            "(no checkpoint was saved yet: it starts over)"
-        print(f"interrupted at step {err.step}; run the same command to resume {resume}",
-              file=sys.stderr)
+        then = f"to resume from {printable(err.checkpoint)}" if err.checkpoint else \
+            ("to start over (no checkpoint was saved yet; this run's log and evals are then "
+             f"renamed to *.{SET_ASIDE}-N)")
+        print(f"interrupted at step {err.step}; run the same command {then}", file=sys.stderr)
         raise SystemExit(EXIT_INTERRUPTED) from None
     except (UserError, InternalError, *DATA_ERRORS) as err:
         failure = _failure(err, options, inputs)

@@ -239,8 +239,8 @@ def _plan(*args: str) -> dict:
 
 def test_default_plan_is_demo_bert_base_and_demo_512_on_every_side(tmp_path):
     plan = _plan(f"--reference_dir={_fake_reference(tmp_path)}")
-    assert plan["sides"] == ["reference", "ours", "ours+xla", "ours+bf16", "ours+packed",
-                             "matmuls"]
+    assert plan["sides"] == ["reference", "ours", "ours+nondeterministic", "ours+xla",
+                             "ours+bf16", "ours+packed", "matmuls"]
     demo, base, long = plan["shapes"]
     assert (demo["name"], base["name"], long["name"]) == ("demo", "bert-base", "demo-512")
     assert (long["batch_size"], long["seq_length"], long["max_predictions"]) == (32, 512, 76)
@@ -258,7 +258,8 @@ def test_size_flags_replace_every_shape_and_a_config_file_is_the_custom_shape(ti
     plan = _plan("--ours_only", "--shapes=demo,bert-base", "--steps=3", "--batch_size=4")
     assert [(s["steps"], s["batch_size"], s["eval_batch_size"]) for s in plan["shapes"]] == \
         [(3, 4, 4), (3, 4, 4)]
-    assert plan["sides"] == ["ours", "ours+xla", "ours+bf16", "ours+packed", "matmuls"]
+    assert plan["sides"] == ["ours", "ours+nondeterministic", "ours+xla", "ours+bf16",
+                             "ours+packed", "matmuls"]
     plan = _plan("--ours_only", f"--bert_config_file={tiny_config}", "--seq_length=32",
                  "--max_predictions=5", "--eval_batch_size=2", "--sides=ours")
     (spec,) = plan["shapes"]

@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import random
+import re
 import shlex
 import shutil
 import signal
@@ -47,7 +48,7 @@ from reference.run_flags import define_flags
 from reference.run_log import end_partial_line
 from reference.run_loop import RunResult, train
 from reference.run_options import options_from_flags
-from reference.run_pretraining import EXIT_TARGET_NOT_REACHED
+from reference.run_pretraining import EXIT_INTERRUPTED, EXIT_TARGET_NOT_REACHED
 from reference.trainer import CHECKPOINT_NAME, DropoutKeys, KeyedDropout, use_keyed_dropout
 from tests.conftest import REPO
 from tests.reference import synthetic_data
@@ -535,6 +536,55 @@ def test_two_workers_killed_then_rerun_equal_the_uninterrupted_run(kill_data, tm
     run_two_workers(command)
     assert not (out / ".worker-1").exists()
     assert_same_outcome(out, baseline, KILL_FLAGS["eval_frequency_samples"])
+
+
+# ------------------------------------------------------------------------------ SIGINT
+def eval_history_steps(path: Path) -> list[int]:
+    """The global_step column of an eval_history.csv."""
+    return [int(line.split(",")[0]) for line in path.read_text().splitlines()[1:]]
+
+
+def test_ctrl_c_before_the_first_checkpoint_then_the_same_command_is_one_valid_run(data,
+                                                                                   tmp_path):
+    # An eval at 0 samples (written before training starts), no checkpoint before the end,
+    # and a target that the run reaches: the rerun is a whole run whose log `make check`
+    # passes, while the interrupted run's log and evals are kept aside, renamed.
+    out = tmp_path / "out"
+    command = trainer_command({**data, **RUN_FLAGS, "seed": SEED, "output_dir": out,
+                               "eval_at_start": "true", "save_checkpoints_steps": 1000,
+                               "target_mlm_accuracy": 0.25})
+    process = subprocess.Popen(command, env=trainer_env(), text=True, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while not (out / "eval_history.csv").exists() and process.poll() is None \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == EXIT_INTERRUPTED, stderr[-3000:]
+    assert re.fullmatch(r"interrupted at step \d+; run the same command to start over \(no "
+                        r"checkpoint was saved yet; this run's log and evals are then renamed "
+                        r"to \*\.interrupted-N\)", stderr.rstrip("\n").splitlines()[-1]), \
+        stderr[-2000:]
+    assert checkpoint_steps(out) == []
+    interrupted = {name: (out / name).read_bytes() for name in ("mlperf.log", "eval_history.csv")}
+    assert [first(s, "run_stop")["metadata"]["status"]
+            for s in log_sections(out / "mlperf.log")] == ["aborted"]
+
+    rerun = subprocess.run(command, env=trainer_env(), capture_output=True, text=True,
+                           timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "no checkpoint to resume from: the run starts over" in rerun.stderr
+    for name, content in interrupted.items():
+        assert (out / f"{name}.interrupted-1").read_bytes() == content
+    assert (out / "train.interrupted-1").is_dir() and (out / "eval.interrupted-1").is_dir()
+    [section] = log_sections(out / "mlperf.log")
+    assert first(section, "run_stop")["metadata"]["status"] == "success"
+    steps = eval_history_steps(out / "eval_history.csv")
+    assert steps[0] == 0 and steps == sorted(set(steps))  # this run's evals, each once
+    check = subprocess.run([sys.executable, "-m", "benchmark.check", str(out / "mlperf.log")],
+                           env=trainer_env(), capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout[-3000:]
 
 
 def test_check_of_a_resumed_log_leads_with_its_one_cause(resumed, capsys):
