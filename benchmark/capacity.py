@@ -44,23 +44,24 @@ def gigabytes(count: int) -> str:
     return f"{count / 1e9:,.1f} GB"
 
 
-def require_memory(flag: str, what: str, need: int) -> None:
-    """InputError "<flag>: <what> need at least N GB of memory, more than the M GB this machine
-    has" when `need` bytes exceed `host_memory_bytes()`.
+def require_memory(what: str, need: int) -> None:
+    """InputError "<what> need at least N GB of memory, more than the M GB this machine has"
+    when `need` bytes exceed `host_memory_bytes()` (the caller names the flag that asked:
+    `benchmark.files.naming`).
 
-    flag: the flag and its value ("--dupe_factor=1000000000"); what: the things the flag asks
-    for ("1,000,000,000 instances"); need: a lower bound of the bytes they take."""
+    what: the things asked for ("1,000,000,000 instances"); need: a lower bound of the bytes
+    they take."""
     have = host_memory_bytes()
     if need > have:
-        raise InputError(f"{flag}: {what} need at least {gigabytes(need)} of memory, more than "
+        raise InputError(f"{what} need at least {gigabytes(need)} of memory, more than "
                          f"the {gigabytes(have)} this machine has")
 
 
-def require_disk(flag: str, what: str, need: int, folder: str | os.PathLike) -> None:
-    """InputError "<flag>: <what> take at least N GB, more than the M GB free on the disk of
-    <folder>" when `need` bytes exceed `free_disk_bytes(folder)`; arguments as
-    `require_memory`'s, `folder` the output's."""
+def require_disk(what: str, need: int, folder: str | os.PathLike) -> None:
+    """InputError "<what> take at least N GB, more than the M GB free on the disk of <folder>"
+    when `need` bytes exceed `free_disk_bytes(folder)`; arguments as `require_memory`'s,
+    `folder` the output's."""
     have = free_disk_bytes(folder)
     if need > have:
-        raise InputError(f"{flag}: {what} take at least {gigabytes(need)}, more than the "
+        raise InputError(f"{what} take at least {gigabytes(need)}, more than the "
                          f"{gigabytes(have)} free on the disk of {printable(folder)}")

@@ -544,11 +544,23 @@ def replace_output(temporary: str | os.PathLike, path: str | os.PathLike) -> Non
     os.replace(temporary, path)
 
 
-def refuse_outputs_over_inputs(inputs: Iterable[str], outputs: Iterable[str],
-                               flag: str) -> None:
-    """RefusedOutput "FLAG=OUTPUT: is the input X (the same file); ..." when one of `outputs`
-    is one of `inputs`: the same path once links are resolved, or the same file (device and
-    inode) through a hard link."""
+@contextlib.contextmanager
+def naming(flag: str) -> Iterator[None]:
+    """Put `flag` (a flag, or a flag and its value) before the message of an InputError raised
+    in the block, which names the file or the amount and the problem: "<flag>: <message>",
+    the error's class kept. The command line's edge names its flags; the layers below know
+    none."""
+    try:
+        yield
+    except InputError as err:
+        err.args = (f"{flag}: {err}",)
+        raise
+
+
+def refuse_outputs_over_inputs(inputs: Iterable[str], outputs: Iterable[str]) -> None:
+    """RefusedOutput "OUTPUT: is the input X (the same file); ..." when one of `outputs` is one
+    of `inputs`: the same path once links are resolved, or the same file (device and inode)
+    through a hard link."""
     inputs = list(inputs)
     by_path = {os.path.realpath(path): path for path in inputs}
     by_inode = {}
@@ -563,7 +575,7 @@ def refuse_outputs_over_inputs(inputs: Iterable[str], outputs: Iterable[str],
                 info = os.stat(output)
                 same = by_inode.get((info.st_dev, info.st_ino))
         if same is not None:
-            raise RefusedOutput(f"{flag}={printable(output)}: is the input {printable(same)} "
+            raise RefusedOutput(f"{printable(output)}: is the input {printable(same)} "
                                 "(the same file); writing it would replace that input")
 
 

@@ -59,7 +59,7 @@ from benchmark import constants
 from benchmark.capacity import require_disk, require_memory
 from benchmark.errors import exit_on_user_error
 from benchmark.files import (InputError, atomic_output, check_output, ensure_dir, expand_inputs,
-                             refuse_outputs_over_inputs)
+                             naming, refuse_outputs_over_inputs)
 from cleanup_scripts import VOCAB_FILE
 from cleanup_scripts.pipeline.runner import StageSummary, inner_bar_disabled, report, total_bytes
 from cleanup_scripts.records.pretraining_features import (PretrainingEncoder, feature_spec,
@@ -225,8 +225,9 @@ def check_options(max_seq_length: int, max_predictions_per_seq: int, dupe_factor
                          f"1 and at most {MAX_SEQ_LENGTH}")
     if dupe_factor < 1:
         raise InputError(f"--dupe_factor={dupe_factor}: must be at least 1")
-    require_memory(f"--dupe_factor={dupe_factor}", f"{dupe_factor:,} instances (at least one "
-                   "per duplicate of a document)", dupe_factor * INSTANCE_BYTES)
+    with naming(f"--dupe_factor={dupe_factor}"):
+        require_memory(f"{dupe_factor:,} instances (at least one per duplicate of a document)",
+                       dupe_factor * INSTANCE_BYTES)
     if not 0.0 <= masked_lm_prob <= 1.0:
         raise InputError(f"--masked_lm_prob={masked_lm_prob}: must be between 0 and 1")
     if not 0.0 <= short_seq_prob <= 1.0:
@@ -239,9 +240,15 @@ def check_capacity(documents: int, dupe_factor: int, max_seq_length: int,
     one per document per duplicate) cannot fit in this machine's memory, or their records
     (at least `smallest_record_bytes` each, round-robin over `output_files`) on the disks of
     the output files' folders."""
-    flag = f"--dupe_factor={dupe_factor}"
-    instances = dupe_factor * documents
-    require_memory(flag, f"{instances:,} instances (at least one per duplicate of each of "
+    with naming(f"--dupe_factor={dupe_factor}"):
+        _check_capacity(documents * dupe_factor, documents, max_seq_length,
+                        max_predictions_per_seq, output_files)
+
+
+def _check_capacity(instances: int, documents: int, max_seq_length: int,
+                    max_predictions_per_seq: int, output_files: list[str]) -> None:
+    """`check_capacity` for `instances` instances of `documents` documents, naming no flag."""
+    require_memory(f"{instances:,} instances (at least one per duplicate of each of "
                    f"{documents:,} documents)", instances * INSTANCE_BYTES)
     record = smallest_record_bytes(feature_spec(max_seq_length, max_predictions_per_seq))
     by_disk: dict[int, list] = {}  # device -> [a folder on it, records written there]
@@ -250,7 +257,7 @@ def check_capacity(documents: int, dupe_factor: int, max_seq_length: int,
         by_disk.setdefault(os.stat(folder).st_dev, [folder, 0])[1] += (
             instances // len(output_files))
     for folder, records in by_disk.values():
-        require_disk(flag, f"{records:,} records of at least {record:,} bytes",
+        require_disk(f"{records:,} records of at least {record:,} bytes",
                      records * record, folder)
 
 
@@ -278,7 +285,8 @@ def write_pretraining_data(input_files: list[str], output_files: list[str],
         raise InputError(f"--output_file={','.join(output_files)}: empty output file name")
     if len(set(map(os.path.abspath, output_files))) != len(output_files):
         raise InputError(f"--output_file={','.join(output_files)}: a file is listed twice")
-    refuse_outputs_over_inputs(input_files, output_files, "--output_file")
+    with naming("--output_file"):
+        refuse_outputs_over_inputs(input_files, output_files)
     for path in output_files:
         check_output(path)
         ensure_dir(os.path.dirname(os.path.abspath(path)))

@@ -51,8 +51,8 @@ from absl import app, flags
 from benchmark import constants
 from benchmark.errors import exit_on_user_error, printable
 from benchmark.files import (InputError, check_output, create_new, disk_full, ensure_dir,
-                             expand_inputs, refuse_outputs_over_inputs, remove_stale_temporaries,
-                             replace_output, temporary_name)
+                             expand_inputs, naming, refuse_outputs_over_inputs,
+                             remove_stale_temporaries, replace_output, temporary_name)
 from cleanup_scripts.create_pretraining_data import range_indices
 from cleanup_scripts.packing.plan import PackStats, Rows, most_per_row, pack_lengths
 from cleanup_scripts.pipeline.runner import (map_in_workers, peak_rss_mb, shared_workers,
@@ -372,7 +372,7 @@ def output_paths(input_files: list[str], output_file: str) -> list[str]:
     folder = os.path.realpath(output_file)
     for path in input_files:
         if os.path.realpath(path).startswith(folder.rstrip(os.sep) + os.sep):
-            raise InputError(f"--output_file={printable(output_file)}: holds the input "
+            raise InputError(f"--output_file: {printable(output_file)}: holds the input "
                              f"{printable(path)}; the packed files must go to a folder of their "
                              "own, not over or beside their inputs")
     names = [os.path.basename(path) for path in input_files]
@@ -416,7 +416,8 @@ def pack_files(input_files: list[str], output_files: list[str], options: PackOpt
         raise InputError("--input_file: names no files")
     if len(output_files) != len(input_files):
         raise InputError("--output_file: one output per input file is needed")
-    refuse_outputs_over_inputs(input_files, output_files, "--output_file")
+    with naming("--output_file"):
+        refuse_outputs_over_inputs(input_files, output_files)
     for path in output_files:
         check_output(path)
         ensure_dir(os.path.dirname(os.path.abspath(path)))

@@ -36,7 +36,7 @@ from absl import logging
 from benchmark import constants
 from benchmark.capacity import require_disk
 from benchmark.errors import exit_on_user_error
-from benchmark.files import (InputError, atomic_output, check_output, ensure_dir,
+from benchmark.files import (InputError, atomic_output, check_output, ensure_dir, naming,
                              refuse_outputs_over_inputs)
 from cleanup_scripts.pipeline.runner import StageSummary, report
 from cleanup_scripts.records.pretraining_features import (DecodeError, count_records,
@@ -65,12 +65,12 @@ def _canonical(record: bytes, spec, path: str, index: int) -> dict[str, np.ndarr
 
 
 def check_room(num_examples_to_pick: int, max_seq_length: int, max_predictions_per_seq: int,
-               output_tfrecord: str, flag: str = "--num_examples_to_pick") -> None:
-    """InputError naming `flag` when `num_examples_to_pick` records of the flags' shapes (at
-    least `smallest_record_bytes` each) cannot fit on the disk of `output_tfrecord`'s folder."""
+               output_tfrecord: str) -> None:
+    """InputError "N records of at least B bytes take at least ..." when `num_examples_to_pick`
+    records of those shapes (at least `smallest_record_bytes` each) cannot fit on the disk of
+    `output_tfrecord`'s folder; the caller names the flag that asked (`naming`)."""
     record = smallest_record_bytes(feature_spec(max_seq_length, max_predictions_per_seq))
-    require_disk(f"{flag}={num_examples_to_pick}",
-                 f"{num_examples_to_pick:,} records of at least {record:,} bytes",
+    require_disk(f"{num_examples_to_pick:,} records of at least {record:,} bytes",
                  num_examples_to_pick * record, os.path.dirname(os.path.abspath(output_tfrecord)))
 
 
@@ -79,14 +79,13 @@ def pick_examples(input_tfrecord: str, output_tfrecord: str,
                   max_seq_length: int = constants.MAX_SEQ_LENGTH,
                   max_predictions_per_seq: int = constants.MAX_PREDICTIONS_PER_SEQ,
                   progress: Callable[[int], None] | None = None,
-                  repeats_level: int = logging.WARNING,
-                  flag: str = "--num_examples_to_pick") -> int:
+                  repeats_level: int = logging.WARNING) -> int:
     """Write the picked records of `input_tfrecord` to `output_tfrecord`; returns how many.
 
     `progress(n)`, when given, is called as each batch of n picked records is written.
     `repeats_level`: the absl level of the line saying that the input holds fewer records than
     asked for, so some are repeated (make preprocess: INFO, as the embedded slice always does).
-    `flag`: the name of `num_examples_to_pick` in messages.
+    Messages name the reference script's flags (make preprocess checks its own first).
 
     InputError (and no output file) for an unreadable, empty or damaged input, a record that
     does not match the feature spec, more records than the output's disk can hold
@@ -98,13 +97,15 @@ def pick_examples(input_tfrecord: str, output_tfrecord: str,
     if not output_tfrecord:
         raise InputError("--output_tfrecord: no output file given")
     if num_examples_to_pick < 1:
-        raise InputError(f"{flag}={num_examples_to_pick}: must be at least 1")
+        raise InputError(f"--num_examples_to_pick={num_examples_to_pick}: must be at least 1")
     if max_seq_length < 1 or max_predictions_per_seq < 1:
         raise InputError("--max_seq_length and --max_predictions_per_seq must be at least 1")
-    refuse_outputs_over_inputs([input_tfrecord], [output_tfrecord], "--output_tfrecord")
+    with naming("--output_tfrecord"):
+        refuse_outputs_over_inputs([input_tfrecord], [output_tfrecord])
     check_output(output_tfrecord)
-    check_room(num_examples_to_pick, max_seq_length, max_predictions_per_seq, output_tfrecord,
-               flag)
+    with naming(f"--num_examples_to_pick={num_examples_to_pick}"):
+        check_room(num_examples_to_pick, max_seq_length, max_predictions_per_seq,
+                   output_tfrecord)
     num_records = count_records(input_tfrecord)
     if num_records == 0:
         raise InputError(f"{input_tfrecord}: no records to pick from")

@@ -29,7 +29,7 @@ from absl import app, flags, logging
 
 from benchmark import constants, files
 from benchmark.errors import exit_on_user_error
-from benchmark.files import (DiskFullError, InputError, ensure_dir, exclusive_lock,
+from benchmark.files import (DiskFullError, InputError, ensure_dir, exclusive_lock, naming,
                              require_regular_file)
 from cleanup_scripts import (SAMPLE_DUMP, VOCAB_FILE, create_pretraining_data as pretraining,
                              pick_eval_samples, process_wiki)
@@ -218,8 +218,7 @@ def run_eval_10k(layout: DatasetLayout, options: Options) -> StageSummary:
         picked = pick_eval_samples.pick_examples(
             str(source), str(layout.tfrecord_dir / "eval_10k"), options.num_eval_examples,
             options.max_seq_length, options.max_predictions_per_seq, progress=bar.advance,
-            repeats_level=logging.INFO,  # a small dump's eval set always repeats records
-            flag="--num_eval_examples")
+            repeats_level=logging.INFO)  # a small dump's eval set always repeats records
     return StageSummary("eval_10k", 1, picked, os.path.getsize(source), started)
 
 
@@ -438,10 +437,11 @@ def run_pipeline(output_dir: str, options: Options) -> None:
     (`DatasetLayout.check_outputs`). A run that fails removes its unfinished temporaries.
     """
     check_options(options)
-    pick_eval_samples.check_room(options.num_eval_examples, options.max_seq_length,
-                                 options.max_predictions_per_seq,
-                                 str(DatasetLayout(Path(output_dir)).tfrecord_dir / "eval_10k"),
-                                 flag="--num_eval_examples")
+    with naming(f"--num_eval_examples={options.num_eval_examples}"):
+        pick_eval_samples.check_room(options.num_eval_examples, options.max_seq_length,
+                                     options.max_predictions_per_seq,
+                                     str(DatasetLayout(Path(output_dir)).tfrecord_dir /
+                                         "eval_10k"))
     if options.results_text and not os.path.isdir(os.path.join(output_dir, ".state")):
         import_results.text_names(Path(options.results_text))  # no new OUT for a bad DIR
     layout = DatasetLayout(ensure_dir(output_dir))

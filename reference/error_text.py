@@ -1,11 +1,10 @@
 """OutputError and SetupError, the few words of a failure that their messages quote, and the
-flag that the command line's edge puts before a lower layer's message (`naming`, `writing`)."""
+flag that the command line's edge puts before a failed write (`writing`)."""
 from __future__ import annotations
 
 import contextlib
 
 from benchmark.errors import UserError, one_line
-from benchmark.files import InputError
 
 
 class OutputError(UserError):
@@ -71,14 +70,3 @@ def writing(flag: str, path: str):
         yield
     except (OSError, tf.errors.OpError) as err:
         raise OutputError(f"{flag}: {path}: cannot write ({write_failure(err)})") from err
-
-
-@contextlib.contextmanager
-def naming(flag: str):
-    """Put `flag` before the message of an InputError raised in the block, which names the file
-    and the problem: InputError "<flag>: <file>: <problem>". The block reads what `flag`
-    names; the layers below it know no flag."""
-    try:
-        yield
-    except InputError as err:
-        raise InputError(f"{flag}: {err}") from err

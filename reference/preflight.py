@@ -15,7 +15,8 @@ from absl import logging
 
 from benchmark import constants
 from benchmark.capacity import host_memory_bytes
-from reference.error_text import naming, writing
+from benchmark.files import naming
+from reference.error_text import writing
 from reference.run_options import RunOptions, UsageError, check_with_model
 
 if TYPE_CHECKING:  # TensorFlow-importing modules are imported where used (fast --help)

@@ -76,7 +76,7 @@ def test_an_output_that_is_the_input_is_refused(tmp_path, tool, flag, same):
         os.link(source, output)
     before = md5_of(source)
     result = run_module(*_command(tool, source, output), check=False)
-    _assert_refused(result, f"error: {flag}={output}: is the input {source} (the same file); "
+    _assert_refused(result, f"error: {flag}: {output}: is the input {source} (the same file); "
                             "writing it would replace that input")
     assert md5_of(source) == before and sorted(os.listdir(source.parent)) == ["input"]
 

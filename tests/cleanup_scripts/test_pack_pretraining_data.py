@@ -350,7 +350,7 @@ def test_output_that_is_an_input_is_refused_before_anything_is_written(tmp_path,
                         check=False)
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: --output_file={output}: {problem}")
+    assert len(lines) == 1 and lines[0].startswith(f"error: --output_file: {output}: {problem}")
     assert _tree(tmp_path) == before
 
 
