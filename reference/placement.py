@@ -15,17 +15,15 @@ from reference.run_options import DistributionOptions, RunOptions
 
 def strategy_for(distribution: DistributionOptions, deterministic: bool = False):
     """The tf.distribute strategy `distribution` asks for. Before TensorFlow runs anything (the
-    caller's part), a run with `deterministic` is held to oneDNN's kernels off (the caller
-    set that before importing TensorFlow) and, on a CPU, to one op at a time: the same bytes
-    every run (`reference.repeatable`); with cpu_devices > 1 the CPU is split into that many
-    devices. StrategyError if the devices or settings cannot be had."""
+    caller's part), a CPU run with `deterministic` is set to run one op at a time (the other
+    half of a repeatable run, oneDNN's kernels off, is the caller's, before it imports
+    TensorFlow: `reference.repeatable`); with cpu_devices > 1 the CPU is split into that many
+    devices. StrategyError if the devices or threads cannot be had."""
     from reference import distribution as dist
     from reference import repeatable
-    if deterministic:
+    if deterministic and dist.on_cpu(distribution.strategy):
         try:
-            repeatable.without_onednn()
-            if dist.on_cpu(distribution.strategy):
-                repeatable.one_op_at_a_time()
+            repeatable.one_op_at_a_time()
         except repeatable.TooLate as err:
             raise dist.StrategyError(f"--deterministic: {err}") from err
     count = distribution.cpu_devices

@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 import sys
 
+from absl import logging
+
 ONEDNN_SWITCH = "TF_ENABLE_ONEDNN_OPTS"
 
 
@@ -24,13 +26,15 @@ class TooLate(RuntimeError):
 
 def without_onednn() -> None:
     """Turn oneDNN's kernels off in this process (and the processes it starts) by setting
-    TF_ENABLE_ONEDNN_OPTS=0. TooLate if TensorFlow was already imported with them on."""
+    TF_ENABLE_ONEDNN_OPTS=0. When a program that runs the trainer imported TensorFlow first,
+    with them on, it is too late for this process: a warning says its bytes may vary."""
     os.environ[ONEDNN_SWITCH] = "0"
     if "tensorflow" in sys.modules:
         from tensorflow.python.util import _pywrap_util_port
         if _pywrap_util_port.IsMklEnabled():
-            raise TooLate(f"TensorFlow was imported with oneDNN on: set {ONEDNN_SWITCH}=0 "
-                          "before it is imported")
+            logging.warning("TensorFlow was imported with oneDNN on, before --deterministic "
+                            "could turn it off (%s=0): this run's last bits may differ from "
+                            "another's", ONEDNN_SWITCH)
 
 
 def one_op_at_a_time() -> None:
