@@ -240,25 +240,19 @@ def check_capacity(documents: int, dupe_factor: int, max_seq_length: int,
     one per document per duplicate) cannot fit in this machine's memory, or their records
     (at least `smallest_record_bytes` each, round-robin over `output_files`) on the disks of
     the output files' folders."""
+    instances = dupe_factor * documents
     with naming(f"--dupe_factor={dupe_factor}"):
-        _check_capacity(documents * dupe_factor, documents, max_seq_length,
-                        max_predictions_per_seq, output_files)
-
-
-def _check_capacity(instances: int, documents: int, max_seq_length: int,
-                    max_predictions_per_seq: int, output_files: list[str]) -> None:
-    """`check_capacity` for `instances` instances of `documents` documents, naming no flag."""
-    require_memory(f"{instances:,} instances (at least one per duplicate of each of "
-                   f"{documents:,} documents)", instances * INSTANCE_BYTES)
-    record = smallest_record_bytes(feature_spec(max_seq_length, max_predictions_per_seq))
-    by_disk: dict[int, list] = {}  # device -> [a folder on it, records written there]
-    for path in output_files:
-        folder = os.path.dirname(os.path.abspath(path))
-        by_disk.setdefault(os.stat(folder).st_dev, [folder, 0])[1] += (
-            instances // len(output_files))
-    for folder, records in by_disk.values():
-        require_disk(f"{records:,} records of at least {record:,} bytes",
-                     records * record, folder)
+        require_memory(f"{instances:,} instances (at least one per duplicate of each of "
+                       f"{documents:,} documents)", instances * INSTANCE_BYTES)
+        record = smallest_record_bytes(feature_spec(max_seq_length, max_predictions_per_seq))
+        by_disk: dict[int, list] = {}  # device -> [a folder on it, records written there]
+        for path in output_files:
+            folder = os.path.dirname(os.path.abspath(path))
+            by_disk.setdefault(os.stat(folder).st_dev, [folder, 0])[1] += (
+                instances // len(output_files))
+        for folder, records in by_disk.values():
+            require_disk(f"{records:,} records of at least {record:,} bytes",
+                         records * record, folder)
 
 
 def write_pretraining_data(input_files: list[str], output_files: list[str],

@@ -5,9 +5,9 @@ reference's TF1 graph, on the same BERT config, synthetic batches and optimizer 
         [--sides=...] [--repeats=N] [--output=build/bench/train.md]
 
 Each side runs in its own process (TF1 graph mode and TF2 never share one): `reference` (its
-`model_fn_builder` in a `tf.compat.v1` Session), `ours` (`Trainer.train_steps`, one op at a
-time as the trainer runs on a CPU by default: bit-repeatable), `ours+nondeterministic` (ops
-side by side, as with --nodeterministic), `ours+xla`, `ours+bf16` (mixed precision: not the
+`model_fn_builder` in a `tf.compat.v1` Session), `ours` (`Trainer.train_steps`, repeatable as
+the trainer runs on a CPU by default: oneDNN off, one op at a time), `ours+nondeterministic`
+(oneDNN on, ops side by side, as with --nodeterministic), `ours+xla`, `ours+bf16` (mixed precision: not the
 reference's arithmetic), `ours+packed` (sequences of the same kind packed into rows,
 `packed_batches`) and `matmuls` (the step's matrix products alone: the bound any float32
 trainer on this TensorFlow can reach). MFU is `step_flops` per
@@ -391,8 +391,9 @@ def run_matmuls(spec: Mapping) -> dict:
 
 def run_ours(spec: Mapping) -> dict:
     """Our TF2 trainer (`spec["use_xla"]`: with XLA; `spec["mixed_precision"]`: "bf16" or
-    "none"; `spec["packed"]`: on packed rows; `spec["deterministic"]`, default True: one op at
-    a time, as the trainer's --deterministic): timed train steps and eval, in this process."""
+    "none"; `spec["packed"]`: on packed rows; `spec["deterministic"]`, default True: oneDNN
+    off and one op at a time, as the trainer's --deterministic): timed train steps and eval,
+    in this process."""
     from reference import repeatable
     if spec.get("deterministic", True):
         repeatable.without_onednn()  # before TensorFlow is imported (this side's process)
@@ -462,7 +463,7 @@ def run_ours(spec: Mapping) -> dict:
 
 
 def run_ours_nondeterministic(spec: Mapping) -> dict:
-    """`run_ours` with TensorFlow's ops side by side (--nodeterministic)."""
+    """`run_ours` with oneDNN on and TensorFlow's ops side by side (--nodeterministic)."""
     return run_ours({**spec, "deterministic": False})
 
 

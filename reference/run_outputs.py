@@ -24,7 +24,6 @@ SUMMARY_FOLDERS = ("train", "eval")  # TensorBoard's
 # What a training run writes besides checkpoints and the MLPerf log, files and TensorBoard
 # folders: a run that starts over renames these, as the log, to "<name>.interrupted-<n>".
 RUN_FILES = (EVAL_RESULTS, EVAL_HISTORY, TENSORFLOW_LOG)
-RUN_FOLDERS = SUMMARY_FOLDERS
 SET_ASIDE = "interrupted"
 
 
@@ -90,8 +89,9 @@ def set_aside_earlier_run(output_dir: str, mlperf_log: str) -> list[tuple[str, s
     """Before a training run starts from step 0: rename what an earlier run that stopped before
     its first checkpoint (Ctrl-C, a kill, a failure) left, so that the new run's MLPerf log,
     evals and TensorBoard scalars are its own: a non-empty `mlperf_log`, and the files
-    eval_results.txt, eval_history.csv and tensorflow.log and the folders train/ and eval/ of `output_dir`,
-    each to "<name>.interrupted-<n>" beside it, n the lowest number free for all of them.
+    eval_results.txt, eval_history.csv and tensorflow.log and the folders train/ and eval/ of
+    `output_dir`, each to "<name>.interrupted-<n>" beside it, n the lowest number free for all
+    of them.
     Anything else at those names (a folder for a file, a file for a folder) stays, for the
     run's own writes to report.
 
@@ -104,7 +104,7 @@ def set_aside_earlier_run(output_dir: str, mlperf_log: str) -> list[tuple[str, s
         return tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path)
 
     files = [os.path.join(output_dir, name) for name in RUN_FILES]
-    folders = [os.path.join(output_dir, name) for name in RUN_FOLDERS]
+    folders = [os.path.join(output_dir, name) for name in SUMMARY_FOLDERS]
     paths = [mlperf_log, *files, *folders]
     found = [path for path in files if is_file(path)] + \
         [path for path in folders if tf.io.gfile.isdir(path)]
