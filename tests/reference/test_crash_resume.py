@@ -587,6 +587,32 @@ def test_ctrl_c_before_the_first_checkpoint_then_the_same_command_is_one_valid_r
     assert check.returncode == 0, check.stdout[-3000:]
 
 
+class CtrlCMidSave(tf.train.CheckpointManager):
+    """A CheckpointManager that is sent SIGINT once its save has begun (after the checkpoint's
+    files, before its state file: the window where a Ctrl-C left no checkpoint to resume)."""
+
+    def save(self, checkpoint_number=None, check_interval=True, options=None):
+        path = self._checkpoint.write(os.path.join(self.directory, "model.ckpt-scratch"))
+        os.kill(os.getpid(), signal.SIGINT)
+        assert path  # the save goes on after the signal
+        return super().save(checkpoint_number, check_interval, options)
+
+
+def test_ctrl_c_while_a_checkpoint_is_saved_waits_for_the_save_to_end(tmp_path):
+    from reference.run_outputs import save_checkpoint
+    variable = tf.Variable([1.0, 2.0])
+    manager = CtrlCMidSave(tf.train.Checkpoint(v=variable), str(tmp_path), max_to_keep=None,
+                           checkpoint_name=CHECKPOINT_NAME)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(manager, 7)
+    assert manager.latest_checkpoint == str(tmp_path / f"{CHECKPOINT_NAME}-7")
+    assert tf.train.load_variable(manager.latest_checkpoint, "v/.ATTRIBUTES/VARIABLE_VALUE"
+                                  ).tolist() == [1.0, 2.0]
+    with pytest.raises(KeyboardInterrupt):  # Python's own handler is back
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)
+
+
 def test_check_of_a_resumed_log_leads_with_its_one_cause(resumed, capsys):
     from benchmark import check
     assert check.main([str(resumed / "mlperf.log")]) == 1
