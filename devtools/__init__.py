@@ -10,3 +10,4 @@ installed, and `step_profile` attributes its time to the model's parts. `agreeme
 often the checker agrees with the checker MLCommons ran each round, which `round_checker` runs
 in a process of its own (`round_worker`).
 """
+import benchmark  # noqa: F401  (TensorFlow's Keras, before anything imports it)

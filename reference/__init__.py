@@ -5,3 +5,4 @@ This package is not the MLCommons reference. "The MLCommons reference" in its do
 TF1 BERT code (mlcommons/training, retired_benchmarks/bert), whose flags, arithmetic and
 checkpoints this trainer reproduces; the package only keeps `reference` as its import name.
 """
+import benchmark  # noqa: F401  (TensorFlow's Keras, before anything imports it)

@@ -35,6 +35,7 @@ import os
 import shutil
 import sys
 import tempfile
+from typing import NoReturn
 
 from absl import app, flags
 
@@ -101,7 +102,11 @@ def _keep_native_log(path: str) -> None:
 def _run() -> None:
     """Read the options, check the inputs and run; a failure the user can act on is one line
     "error: ..." (see `main`)."""
-    if FLAGS.deterministic:
+    try:  # the flags' own checks come before TensorFlow's import (5 s of a 2-core machine)
+        options = options_from_flags(FLAGS)
+    except UserError as err:
+        _fail(str(err))
+    if options.compute.deterministic:
         repeatable.without_onednn()  # TensorFlow reads the switch once, when imported: next
     import tensorflow as tf
     tf.get_logger().setLevel("WARNING")  # its INFO lines (checkpoint sharding times) are noise
@@ -109,9 +114,8 @@ def _run() -> None:
     from reference.placement import strategy_for
     from reference.preflight import preflight
     from reference.run_loop import InternalError, Interrupted, evaluate_only, train
-    options = inputs = None
+    inputs = None
     try:
-        options = options_from_flags(FLAGS)
         # The strategy comes before the files are read: TensorFlow's threads, multi-worker
         # collectives and TPUs must be set up before it runs anything (preflight reads files
         # with tf.data).
@@ -137,7 +141,12 @@ def _run() -> None:
     # deleted half-restored) then come before the error, which stays the last line on stderr
     # (benchmark.errors.exit_on_user_error would print while the error still holds them).
     gc.collect()
-    # One line, whatever the input held; through make, naming the make variable of a flag.
+    _fail(failure)
+
+
+def _fail(failure: str) -> NoReturn:
+    """End the process with status 1 and one line "error: <failure>", whatever the input held;
+    through make, naming the make variable of a flag."""
     raise SystemExit(f"error: {printable(name_make_variables(failure))}")
 
 

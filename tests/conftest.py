@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+import benchmark  # noqa: F401  (TensorFlow's Keras 2, before a test imports TensorFlow)
+
 REPO = Path(__file__).resolve().parent.parent
 
 # Tests run `make` as a user does, from a shell. Under `make test` (how CI runs the suite) the
