@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from reference.run_pretraining import EXIT_INTERRUPTED, EXIT_TARGET_NOT_REACHED
 from tests.conftest import REPO
+from tests import forked
 from tests.reference import synthetic_data
 
 MODULE = "reference.run_pretraining"
@@ -34,8 +35,8 @@ def run_trainer(*args: str, env: dict | None = None, check: bool = True,
     it runs longer than `timeout` seconds."""
     full_env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2",
                     **(env or {}))
-    result = subprocess.run([sys.executable, "-m", MODULE, *args], env=full_env, cwd=cwd,
-                            capture_output=True, text=True, timeout=timeout)
+    result = forked.run([sys.executable, "-m", MODULE, *args], env=full_env, cwd=cwd,
+                        timeout=timeout)
     if check and result.returncode != 0:
         raise AssertionError(f"{MODULE} failed ({result.returncode}):\n"
                              f"{result.stderr[-3000:]}")
@@ -275,8 +276,7 @@ def test_ctrl_c_ends_with_one_line_saying_how_to_resume_and_the_same_command_res
                                                "keep_checkpoint_max": 0}),
              f"--output_dir={out}"]
     env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2")
-    process = subprocess.Popen([sys.executable, "-m", MODULE, *flags], env=env, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = forked.start([sys.executable, "-m", MODULE, *flags], env=env)
     deadline = time.monotonic() + 300
     while not list(out.glob("model.ckpt-10.index")) and process.poll() is None \
             and time.monotonic() < deadline:
