@@ -116,6 +116,9 @@ class Started:
         self._process.start()
         self.pid = self._process.pid
 
+    def __del__(self) -> None:
+        shutil.rmtree(self._folder, ignore_errors=True)
+
     @property
     def returncode(self) -> int | None:
         """The exit status (-N: killed by signal N), None while it runs."""

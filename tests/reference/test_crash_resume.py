@@ -50,6 +50,7 @@ from reference.run_loop import RunResult, train
 from reference.run_options import options_from_flags
 from reference.run_pretraining import EXIT_INTERRUPTED, EXIT_TARGET_NOT_REACHED
 from reference.trainer import CHECKPOINT_NAME, DropoutKeys, KeyedDropout, use_keyed_dropout
+from tests import forked
 from tests.conftest import REPO
 from tests.reference import synthetic_data
 
@@ -404,10 +405,9 @@ def trainer_command(flag_values: dict) -> list[str]:
             *(f"--{k}={v}" for k, v in flag_values.items())]
 
 
-def start(commands: list[list[str]], envs: list[dict]) -> list[subprocess.Popen]:
+def start(commands: list[list[str]], envs: list[dict]) -> list:
     """Start processes (one per worker), each in a session of its own."""
-    return [subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True)
+    return [forked.start(command, env, start_new_session=True)
             for command, env in zip(commands, envs)]
 
 
@@ -418,7 +418,7 @@ def trainer_env(**extra: str) -> dict:
 def run_to_the_budget(command: list[str]) -> None:
     """Run `command` to its --num_train_steps; its target (0.999) is out of reach, so it
     ends with the exit status that says so."""
-    result = subprocess.run(command, env=trainer_env(), capture_output=True, text=True)
+    result = forked.run(command, env=trainer_env())
     assert result.returncode == EXIT_TARGET_NOT_REACHED, result.stderr[-3000:]
 
 
@@ -509,7 +509,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def launch_two_workers(command: list[str]) -> list[subprocess.Popen]:
+def launch_two_workers(command: list[str]) -> list:
     """`command` as the two workers of a MultiWorkerMirroredStrategy cluster on localhost."""
     cluster = {"worker": [f"localhost:{free_port()}", f"localhost:{free_port()}"]}
     envs = [trainer_env(TF_CONFIG=json.dumps({"cluster": cluster,
@@ -553,8 +553,7 @@ def test_ctrl_c_before_the_first_checkpoint_then_the_same_command_is_one_valid_r
     command = trainer_command({**data, **RUN_FLAGS, "seed": SEED, "output_dir": out,
                                "eval_at_start": "true", "save_checkpoints_steps": 1000,
                                "target_mlm_accuracy": 0.25})
-    process = subprocess.Popen(command, env=trainer_env(), text=True, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE)
+    process = forked.start(command, env=trainer_env())
     deadline = time.monotonic() + 300
     while not (out / "eval_history.csv").exists() and process.poll() is None \
             and time.monotonic() < deadline:
@@ -571,8 +570,7 @@ def test_ctrl_c_before_the_first_checkpoint_then_the_same_command_is_one_valid_r
     assert [first(s, "run_stop")["metadata"]["status"]
             for s in log_sections(out / "mlperf.log")] == ["aborted"]
 
-    rerun = subprocess.run(command, env=trainer_env(), capture_output=True, text=True,
-                           timeout=600)
+    rerun = forked.run(command, env=trainer_env(), timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert "no checkpoint to resume from: the run starts over" in rerun.stderr
     for name, content in interrupted.items():

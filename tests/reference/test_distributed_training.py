@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests import forked
 from tests.conftest import REPO
 from tests.reference import synthetic_data
 from tests.reference.test_run_pretraining import (as_flags, metadata, read_eval_results,
@@ -128,11 +129,10 @@ def test_two_workers_match_one_device(data, baseline, tmp_path):
     workers = []
     for index in range(2):
         tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
-        workers.append(subprocess.Popen(
+        workers.append(forked.start(
             [sys.executable, "-m", "reference.run_pretraining", *as_flags(data),
              *as_flags(COMMON), *as_flags(ONE_BATCH), f"--output_dir={out}"],
-            env=dict(env, TF_CONFIG=tf_config), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True))
+            env=dict(env, TF_CONFIG=tf_config)))
     outputs = [worker.communicate(timeout=600) for worker in workers]
     for worker, (stdout, stderr) in zip(workers, outputs):
         assert worker.returncode == 0, stderr[-3000:]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ from reference.preflight import check_output_dir_holds_no_input
 from reference.run_options import UsageError
 from reference.run_log import LogFile
 from reference.run_outputs import output_dir_lock
+from tests import forked
 from tests.conftest import REPO
 from tests.reference import synthetic_data
 from tests.reference.test_bad_inputs import assert_one_error_line
@@ -44,10 +44,9 @@ def test_a_second_trainer_into_a_held_output_dir_is_refused_and_a_killed_holder_
     # Unlocked, both trainers run, interleave one mlperf.log and write each other's checkpoints.
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2")
-    holder = subprocess.Popen(
-        [sys.executable, "-m", "reference.run_pretraining",
-         *flag_list(data, out, num_train_steps=100_000)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    holder = forked.start([sys.executable, "-m", "reference.run_pretraining",
+                           *flag_list(data, out, num_train_steps=100_000)],
+                          env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + 240
         while not ((out / "mlperf.log").exists() and run_starts(out)):

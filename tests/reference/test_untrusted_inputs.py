@@ -39,6 +39,7 @@ from reference.run_log import LogFile
 from reference.run_loop import train
 from reference.run_options import RunOptions, UsageError, options_from_flags
 from reference.trainer import CHECKPOINT_NAME, OptimizerSettings, Trainer
+from tests import forked
 from tests.conftest import REPO
 from tests.reference import synthetic_data
 from tests.reference.test_bad_inputs import assert_one_error_line, write_with_bad_record
@@ -79,8 +80,7 @@ def run_cli(data: dict, out: Path, **extra) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2")
     command = [sys.executable, "-m", "reference.run_pretraining", *flag_list(data, out, **extra)]
     try:
-        return subprocess.run(command, env=env, capture_output=True, text=True,
-                              timeout=TIMEOUT)
+        return forked.run(command, env=env, timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
         log = out / "mlperf.log"
         tail = log.read_text().splitlines()[-3:] if log.exists() else []
