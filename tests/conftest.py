@@ -23,7 +23,12 @@ for _variable in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES"):
 # (`setdefault`, at import or when they load TensorFlow), and every process a test starts
 # inherits os.environ; so before each test's set-up (its module fixtures too) it is the shell's
 # value again, and what ran earlier does not decide whether a CLI prints TensorFlow's lines.
-_SHELL_TF_LOG_LEVEL = os.environ.get("TF_CPP_MIN_LOG_LEVEL")
+# pytest-xdist's workers inherit the environment of the controller, which may have imported
+# TensorFlow (a conftest under a path given on the command line): the controller passes the
+# shell's value on in _SHELL_LEVEL_VARIABLE ("" for none).
+_SHELL_LEVEL_VARIABLE = "TESTS_SHELL_TF_CPP_MIN_LOG_LEVEL"
+os.environ.setdefault(_SHELL_LEVEL_VARIABLE, os.environ.get("TF_CPP_MIN_LOG_LEVEL", ""))
+_SHELL_TF_LOG_LEVEL = os.environ[_SHELL_LEVEL_VARIABLE] or None
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -39,6 +44,9 @@ def run_module(module: str, *args: str, cwd: str | os.PathLike | None = None,
                check: bool = True) -> subprocess.CompletedProcess:
     """Run `python -m module args...` in a subprocess; return it (stdout/stderr captured)."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # the shell's, whatever an import set here since
+    if _SHELL_TF_LOG_LEVEL is not None:
+        env["TF_CPP_MIN_LOG_LEVEL"] = _SHELL_TF_LOG_LEVEL
     result = subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env,
                             capture_output=True, text=True)
     if check and result.returncode != 0:

@@ -1,15 +1,16 @@
-"""The trainer's command line run as a real process that starts with TensorFlow imported.
+"""The project's command lines run as real processes that start with TensorFlow imported.
 
 `python -m reference.run_pretraining` spends 4 of a tiny run's 12 seconds (2 cores) importing
-TensorFlow and the trainer, and 1.5 more tearing them down. `run` and `start` run the same
-command in a process forked from a server that imported them once per test worker
-(multiprocessing's "forkserver"): its own pid, environment, working folder, stdout and stderr,
-flags, locks and signal handlers, and its exit status as the command's (SystemExit's code or
-string, -N when killed by signal N). What differs from the command: the interpreter is not
-started again, atexit hooks do not run, and TensorFlow was imported with the environment of
-the server (oneDNN off, as --deterministic, the default, asks); a command that runs with oneDNN
-on (--nodeterministic, TF_ENABLE_ONEDNN_OPTS other than 0) is started as a new interpreter.
-Tests about the interpreter's own start (the README's commands, `make`) use subprocess.
+TensorFlow and the trainer, and 1.5 more tearing them down. `run` and `start` run a command
+`python -m <a module of the project> ...` in a process forked from a server that imported them
+once per test worker (multiprocessing's "forkserver"): its own pid, environment, working
+folder, stdout and stderr, flags, locks and signal handlers, and its exit status as the
+command's (SystemExit's code or string, -N when killed by signal N). What differs: the
+interpreter is not started again, atexit hooks do not run, and TensorFlow was imported with
+the server's environment (oneDNN off, as --deterministic, the default, asks;
+TF_CPP_MIN_LOG_LEVEL=2); a command run otherwise (--nodeterministic, TF_ENABLE_ONEDNN_OPTS
+other than 0, another log level) is started as a new interpreter. Tests about the
+interpreter's own start (the README's commands, `make`) use subprocess.
 """
 from __future__ import annotations
 
@@ -24,29 +25,34 @@ import signal
 import subprocess
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 from absl import app
 
-MODULES = ("reference.run_pretraining",)  # what `run` and `start` fork; others: subprocess
+PACKAGES = ("benchmark.", "cleanup_scripts.", "devtools.", "reference.")  # their modules fork
 # Imported by the server before it forks: what those modules import that is slow to import
 # (not the modules themselves: runpy would warn that they were imported before it ran them).
 PRELOAD = ["benchmark", "tensorflow", "reference.run_loop", "reference.preflight", "reference.placement",
            "reference.input_pipeline", "reference.checkpoint"]
-ONEDNN = "TF_ENABLE_ONEDNN_OPTS"
-_SERVER_ENVIRONMENT = {ONEDNN: "0", "TF_CPP_MIN_LOG_LEVEL": "2"}
+ONEDNN, LOG_LEVEL = "TF_ENABLE_ONEDNN_OPTS", "TF_CPP_MIN_LOG_LEVEL"
+_SERVER_ENVIRONMENT = {ONEDNN: "0", LOG_LEVEL: "2"}
 
 _context = multiprocessing.get_context("forkserver")
 _context.set_forkserver_preload(PRELOAD)
 
 
 def _forkable(command: list[str], env: dict | None) -> bool:
-    """Whether `command` is `python -m MODULE ...` for a module of MODULES, run with oneDNN
-    off (its environment and flags leave --deterministic on)."""
+    """Whether `command` is `python -m MODULE ...` for a module of PACKAGES, run with oneDNN
+    off (its environment and flags leave --deterministic on) and TensorFlow's native log level
+    set to the server's (TensorFlow reads both once; a module that sets its own level when
+    the environment has none, as the packer does, is started as a new interpreter)."""
     if len(command) < 3 or command[0] != sys.executable or command[1] != "-m" or \
-            command[2] not in MODULES:
+            not command[2].startswith(PACKAGES):
         return False
-    if (env if env is not None else os.environ).get(ONEDNN, "0") != "0":
+    environment = env if env is not None else os.environ
+    if environment.get(ONEDNN, "0") != "0" or \
+            environment.get(LOG_LEVEL) != _SERVER_ENVIRONMENT[LOG_LEVEL]:
         return False
     return not any(arg in ("--nodeterministic", "--deterministic=false",
                            "--deterministic=False") for arg in command[3:])
@@ -90,6 +96,10 @@ def _child(module: str, args: list[str], env: dict, cwd: str | None, stdout: str
     # messages. It only counts GPUs for tf.distribute's test combinations: dropped.
     app._init_callbacks.clear()  # pylint: disable=protected-access
     sys.argv = [module, *args]
+    # A module the server imported (as a preloaded one's import) runs again as __main__, as
+    # `python -m` runs one that its package's __init__ imports; runpy warns of it.
+    warnings.filterwarnings("ignore", r".* found in sys\.modules after import of package",
+                            RuntimeWarning)
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
@@ -157,7 +167,7 @@ def start(command: list[str], env: dict | None = None, cwd: str | Path | None = 
           start_new_session: bool = False):
     """subprocess.Popen(command, env=env, cwd=cwd, stdout=PIPE, stderr=PIPE, text=True)
     for what the tests do with it (poll, wait, send_signal, kill, communicate); forked as the
-    module docstring says when `command` runs a module of MODULES with oneDNN off."""
+    module docstring says when `command` runs a module of PACKAGES with oneDNN off."""
     if _forkable(command, env):
         return Started(command, env, cwd, start_new_session)
     return subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE,
