@@ -19,6 +19,7 @@ import locale
 import multiprocessing
 import multiprocessing.forkserver
 import os
+import resource
 import runpy
 import shutil
 import signal
@@ -74,11 +75,14 @@ def _ensure_server() -> None:
 
 
 def _child(module: str, args: list[str], env: dict, cwd: str | None, stdout: str,
-           stderr: str, new_session: bool) -> None:
-    """In the forked process: the command's environment, folder and output files, then the
-    module as `python -m` runs it."""
+           stderr: str, new_session: bool, file_size_limit: int | None) -> None:
+    """In the forked process: the command's environment, folder, output files and limit,
+    then the module as `python -m` runs it."""
     if new_session:
         os.setsid()
+    if file_size_limit is not None:  # as `trap '' XFSZ; ulimit -f`: writes past it fail
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
     sys.stdout.flush()
     sys.stderr.flush()
     for fd, path in ((1, stdout), (2, stderr)):
@@ -113,7 +117,7 @@ class Started:
     """A forked command, with the part of subprocess.Popen's interface the tests use."""
 
     def __init__(self, command: list[str], env: dict | None, cwd: str | Path | None,
-                 new_session: bool = False) -> None:
+                 new_session: bool = False, file_size_limit: int | None = None) -> None:
         _ensure_server()
         self.args = command
         self._folder = Path(tempfile.mkdtemp(prefix="forked-"))
@@ -122,7 +126,7 @@ class Started:
             target=_child, args=(command[2], command[3:], dict(env if env is not None
                                                                  else os.environ),
                                  None if cwd is None else str(cwd), str(self._out),
-                                 str(self._err), new_session))
+                                 str(self._err), new_session, file_size_limit))
         self._process.start()
         self.pid = self._process.pid
 
@@ -164,23 +168,29 @@ class Started:
 
 
 def start(command: list[str], env: dict | None = None, cwd: str | Path | None = None,
-          start_new_session: bool = False):
+          start_new_session: bool = False, file_size_limit: int | None = None):
     """subprocess.Popen(command, env=env, cwd=cwd, stdout=PIPE, stderr=PIPE, text=True)
     for what the tests do with it (poll, wait, send_signal, kill, communicate); forked as the
-    module docstring says when `command` runs a module of PACKAGES with oneDNN off."""
+    module docstring says when `command` runs a module of PACKAGES with oneDNN off
+    (`file_size_limit`: as `run` says)."""
     if _forkable(command, env):
-        return Started(command, env, cwd, start_new_session)
+        return Started(command, env, cwd, start_new_session, file_size_limit)
     return subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
                             start_new_session=start_new_session)
 
 
 def run(command: list[str], env: dict | None = None, cwd: str | Path | None = None,
-        timeout: float | None = None) -> subprocess.CompletedProcess:
+        timeout: float | None = None, file_size_limit: int | None = None
+        ) -> subprocess.CompletedProcess:
     """subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True,
     timeout=timeout), forked as `start` says; past `timeout` seconds the process is killed and
-    subprocess.TimeoutExpired raised, as subprocess.run does."""
-    process = start(command, env, cwd)
+    subprocess.TimeoutExpired raised, as subprocess.run does. `file_size_limit`: bytes no
+    file of the process may grow past (RLIMIT_FSIZE, SIGXFSZ ignored: the write that crosses
+    it fails with EFBIG, a full disk as an unprivileged test can have it)."""
+    if file_size_limit is not None and not _forkable(command, env):
+        raise ValueError(f"{command[:3]}: a file size limit needs a forkable command")
+    process = start(command, env, cwd, file_size_limit=file_size_limit)
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

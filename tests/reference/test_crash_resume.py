@@ -23,7 +23,6 @@ import logging
 import os
 import random
 import re
-import shlex
 import shutil
 import signal
 import socket
@@ -361,11 +360,8 @@ def test_checkpoint_save_on_a_full_disk_is_one_line_and_the_rerun_resumes(data, 
     # save fails half-way through the checkpoint's data file, as on a disk that fills.
     out = tmp_path / "out"
     assert train_in_process(data, out, seed=SEED, stop_steps=10).step == 10
-    command = shlex.join(trainer_command({**data, **RUN_FLAGS, "seed": SEED,
-                                          "output_dir": out}))
-    limited = subprocess.run(
-        ["bash", "-c", f"trap '' XFSZ; ulimit -f {FILE_SIZE_LIMIT // 1024}; exec {command}"],
-        env=trainer_env(), capture_output=True, text=True, timeout=600)
+    limited = forked.run(trainer_command({**data, **RUN_FLAGS, "seed": SEED, "output_dir": out}),
+                         env=trainer_env(), timeout=600, file_size_limit=FILE_SIZE_LIMIT)
     assert limited.returncode == 1 and "Traceback" not in limited.stderr, limited.stderr[-2000:]
     assert limited.stderr.strip().splitlines()[-1] == (
         f"error: --output_dir: {out / CHECKPOINT_NAME}-20: cannot write (File too large)")
