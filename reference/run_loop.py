@@ -19,6 +19,7 @@ from absl import logging
 
 from benchmark import cadence, log_keys
 from benchmark.errors import UserError, printable
+from reference import interrupts
 from reference.console import CallPace, LiveLine, duration, eval_line, time_to_target
 from reference.error_text import SetupError, tensorflow_failure, writing
 from reference.placement import Placement, place
@@ -507,7 +508,8 @@ class _TrainingLoop:
         """Train from the distributed `iterator` and evaluate until the target or the budget;
         returns the result. Ctrl-C ends the progress line and raises Interrupted."""
         try:
-            return self._train(iterator)
+            with interrupts.noticed():
+                return self._train(iterator)
         except KeyboardInterrupt:
             self.live.close()
             raise Interrupted(self.trainer.step, self.manager.latest_checkpoint) from None
@@ -566,6 +568,7 @@ class _TrainingLoop:
         save_due = reached = False
         while self.update < self.budget_updates and not reached:
             reached, passed_save = self._host_call(iterator, eval_due)
+            interrupts.raise_if_pressed()  # a Ctrl-C that Python dropped (reference.interrupts)
             save_due = save_due or passed_save
             if save_due and not reached and self.update < self.budget_updates:
                 save_finite_checkpoint(self.manager, trainer)

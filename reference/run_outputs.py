@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import threading
 from typing import IO
 
 from absl import logging
 
 from benchmark.files import check_output, check_output_tree, exclusive_lock, open_output
+from reference import interrupts
 from reference.error_text import writing
 
 EVAL_RESULTS = "eval_results.txt"
@@ -123,32 +122,13 @@ def set_aside_earlier_run(output_dir: str, mlperf_log: str) -> list[tuple[str, s
     return moved
 
 
-@contextlib.contextmanager
-def ctrl_c_held():
-    """Hold Ctrl-C (SIGINT) while the block runs and raise KeyboardInterrupt after it, if it
-    was pressed meanwhile; a no-op off the main thread or where SIGINT is not Python's
-    default handler (the one that raises KeyboardInterrupt)."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        yield
-        return
-    pressed = []
-    signal.signal(signal.SIGINT, lambda number, frame: pressed.append(number))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    if pressed:
-        raise KeyboardInterrupt
-
-
 def save_checkpoint(manager, step: int) -> None:
     """Save checkpoint `<name>-<step>` with the tf.train.CheckpointManager `manager`. Ctrl-C
     waits for the save to end (the checkpoint is then the one to resume from); a save that
     fails leaves an incomplete checkpoint, skipped when the run is started again."""
     from reference.trainer import CHECKPOINT_NAME
     with writing("--output_dir", os.path.join(manager.directory, f"{CHECKPOINT_NAME}-{step}")), \
-            ctrl_c_held():
+            interrupts.held():
         manager.save(checkpoint_number=step)
 
 

@@ -18,6 +18,7 @@ uninterrupted run.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import logging
 import os
@@ -605,6 +606,30 @@ def test_ctrl_c_while_a_checkpoint_is_saved_waits_for_the_save_to_end(tmp_path):
     with pytest.raises(KeyboardInterrupt):  # Python's own handler is back
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(1)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the drop
+def test_a_ctrl_c_that_python_drops_in_a_gc_callback_is_raised_at_the_next_host_call():
+    # Python drops a KeyboardInterrupt raised inside a garbage-collector callback (JAX, which
+    # TensorFlow imports, installs one): a run once trained on to its end after a Ctrl-C.
+    from reference import interrupts
+    sent = []
+
+    def ctrl_c_during_gc(phase, info):
+        if phase == "start" and not sent:
+            sent.append(signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)  # its handler runs here, inside the callback
+
+    gc.callbacks.append(ctrl_c_during_gc)
+    try:
+        with interrupts.noticed():
+            gc.collect()  # no KeyboardInterrupt comes out of it
+            assert sent
+            with pytest.raises(KeyboardInterrupt):
+                interrupts.raise_if_pressed()
+    finally:
+        gc.callbacks.remove(ctrl_c_during_gc)
+    interrupts.raise_if_pressed()  # outside the run: forgotten
 
 
 def test_check_of_a_resumed_log_leads_with_its_one_cause(resumed, capsys):
