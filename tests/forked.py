@@ -34,8 +34,8 @@ from absl import app
 PACKAGES = ("benchmark.", "cleanup_scripts.", "devtools.", "reference.")  # their modules fork
 # Imported by the server before it forks: what those modules import that is slow to import
 # (not the modules themselves: runpy would warn that they were imported before it ran them).
-PRELOAD = ["benchmark", "tensorflow", "reference.run_loop", "reference.preflight", "reference.placement",
-           "reference.input_pipeline", "reference.checkpoint"]
+PRELOAD = ["benchmark", "tensorflow", "reference.run_loop", "reference.preflight",
+           "reference.placement", "reference.input_pipeline", "reference.checkpoint"]
 ONEDNN, LOG_LEVEL = "TF_ENABLE_ONEDNN_OPTS", "TF_CPP_MIN_LOG_LEVEL"
 _SERVER_ENVIRONMENT = {ONEDNN: "0", LOG_LEVEL: "2"}
 
