@@ -31,22 +31,25 @@ os.environ.setdefault(_SHELL_LEVEL_VARIABLE, os.environ.get("TF_CPP_MIN_LOG_LEVE
 _SHELL_TF_LOG_LEVEL = os.environ[_SHELL_LEVEL_VARIABLE] or None
 
 
+def _shell_log_level(environment) -> None:
+    """Put TF_CPP_MIN_LOG_LEVEL in the mapping `environment` back to the shell's value."""
+    if _SHELL_TF_LOG_LEVEL is None:
+        environment.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    else:
+        environment["TF_CPP_MIN_LOG_LEVEL"] = _SHELL_TF_LOG_LEVEL
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     """Put TF_CPP_MIN_LOG_LEVEL back to the shell's value before `item`'s fixtures are set up."""
-    if _SHELL_TF_LOG_LEVEL is None:
-        os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)
-    else:
-        os.environ["TF_CPP_MIN_LOG_LEVEL"] = _SHELL_TF_LOG_LEVEL
+    _shell_log_level(os.environ)
 
 
 def run_module(module: str, *args: str, cwd: str | os.PathLike | None = None,
                check: bool = True) -> subprocess.CompletedProcess:
     """Run `python -m module args...` in a subprocess; return it (stdout/stderr captured)."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # the shell's, whatever an import set here since
-    if _SHELL_TF_LOG_LEVEL is not None:
-        env["TF_CPP_MIN_LOG_LEVEL"] = _SHELL_TF_LOG_LEVEL
+    _shell_log_level(env)  # whatever an import in the test set since its set-up
     result = subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env,
                             capture_output=True, text=True)
     if check and result.returncode != 0:

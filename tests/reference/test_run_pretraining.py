@@ -1,6 +1,6 @@
 """`python -m reference.run_pretraining` end to end, on tiny learnable TFRecords.
 
-Runs are subprocesses, as a user runs them; each test names the behaviour it checks. The
+Runs are processes of their own (`tests/forked.py`); each test names the behaviour it checks. The
 closed-division run is honest: a tiny model reaches the benchmark's real target (0.720) on a
 10,000-record eval set at the benchmark's cadence (150,000 samples for batch 2048), and its log
 passes the official compliance checker's closed rules.
