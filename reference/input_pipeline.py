@@ -221,6 +221,13 @@ def row_checks(features: dict[str, tf.Tensor], layout: RecordLayout) -> list[tf.
                                 ["a packed row is not well formed"])]
 
 
+def _as_written(function):
+    """`function` for Dataset.map, traced as written: its code uses TensorFlow's ops for
+    every decision on a tensor, so autograph's conversion (about a second of each run's
+    start) is skipped."""
+    return tf.autograph.experimental.do_not_convert(function)
+
+
 def parse_batch(serialized: tf.Tensor, layout: RecordLayout,
                 id_ranges: IdRanges | None = None) -> dict[str, tf.Tensor]:
     """Parse a [B] batch of serialized examples of `layout`; int64 features become int32.
@@ -576,7 +583,7 @@ def train_dataset(files: list[str], batch_size: int, layout: RecordLayout, seed:
     if skip_batches:
         dataset = dataset.skip(skip_batches * batch_size)
     dataset = dataset.batch(batch_size, drop_remainder=True)
-    dataset = dataset.map(lambda r: parse_batch(r, layout, id_ranges),
+    dataset = dataset.map(_as_written(lambda r: parse_batch(r, layout, id_ranges)),
                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if steps_per_update > 1:
         dataset = dataset.batch(steps_per_update, drop_remainder=True)
@@ -624,12 +631,12 @@ def eval_dataset(files: list[str], batch_size: int, num_records: int, padded_rec
     """
     num_pipelines, pipeline_id = _pipelines(input_context)
     records = tf.data.TFRecordDataset(files).take(num_records)
-    real = records.batch(256).map(lambda r: parse_batch(r, layout)).unbatch()
-    real = real.map(lambda f: {**f, EXAMPLE_WEIGHT: tf.constant(1.0)})
+    real = records.batch(256).map(_as_written(lambda r: parse_batch(r, layout))).unbatch()
+    real = real.map(_as_written(lambda f: {**f, EXAMPLE_WEIGHT: tf.constant(1.0)}))
     if layout.packed and last_row_sequences is not None:
-        real = real.enumerate().map(lambda index, features: _cut_row(
+        real = real.enumerate().map(_as_written(lambda index, features: _cut_row(
             features, tf.where(index == num_records - 1, last_row_sequences,
-                               layout.max_sequences)))
+                               layout.max_sequences))))
     spec = tf_feature_spec(layout)
     blank = {name: tf.zeros(feature.shape, tf.float32 if feature.dtype == tf.float32
                             else tf.int32) for name, feature in spec.items()}

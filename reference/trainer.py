@@ -149,12 +149,6 @@ def keyed_dropout(inputs: tf.Tensor, rate: float, seed: tf.Tensor,
     return _scaled_where(inputs, keep, 1.0 / (1.0 - rate))
 
 
-def _as_written(function):
-    """`function` traced as written inside a converted tf.function: autograph converts
-    neither it nor what it calls (Keras layers' `call` included)."""
-    return tf.autograph.experimental.do_not_convert(function)
-
-
 def _scaled_where(inputs: tf.Tensor, keep: tf.Tensor, scale: float) -> tf.Tensor:
     """inputs * scale where `keep` (broadcast), else 0; the gradient is the upstream gradient
     masked and scaled the same way, from the same boolean mask."""
@@ -267,11 +261,11 @@ class Trainer:
         use_keyed_dropout(self.model, self._dropout_keys)
         self._variables = list(self.model.trainable_variables)
         self._names = [variable_name(v) for v in self._variables]
-        self._train_steps = tf.function(self._train_steps_fn)
-        self._eval_steps = tf.function(self._eval_steps_fn)
-        # Autograph converts the two step loops (a Python loop over tf.range, with a break);
-        # what runs in them uses TensorFlow's control flow and is traced as written, not
-        # converted function by function (`_as_written`: seconds off every run's start).
+        # Everything is traced as written: the step loops are tf.while_loops and what runs in
+        # them uses TensorFlow's control flow, so autograph converts nothing (its conversion
+        # of each function it reaches costs seconds of every run's start).
+        self._train_steps = tf.function(self._train_steps_fn, autograph=False)
+        self._eval_steps = tf.function(self._eval_steps_fn, autograph=False)
         compiled = functools.partial(tf.function, jit_compile=True, autograph=False)
         # The optimizer update is elementwise work over each weight and its two moments: XLA
         # fuses it into a few passes where TensorFlow's kernels make about seventeen (BERT-base
@@ -553,23 +547,25 @@ class Trainer:
     def _train_steps_fn(self, iterator, num_updates, first_step, stop_samples):
         strategy = self.strategy
         n = self.steps_per_update
-        loss_sum = tf.zeros([3])
-        norm_sum = tf.constant(0.0)
-        lr = tf.constant(0.0)
-        skipped = tf.constant(0)
-        done = tf.constant(0)
-        for k in tf.range(num_updates):
-            step = first_step + tf.cast(k, tf.int64) * n
-            losses, norm, lr, applied = strategy.run(_as_written(self._update),
-                                                     args=(next(iterator), step))
+
+        def more(done, stopped, *_):
+            return tf.logical_and(done < num_updates, tf.logical_not(stopped))
+
+        def update(done, stopped, loss_sum, norm_sum, lr, skipped):
+            step = first_step + tf.cast(done, tf.int64) * n
+            losses, norm, lr, applied = strategy.run(self._update, args=(next(iterator), step))
             loss_sum += strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, axis=None)
             norm_sum += strategy.reduce(tf.distribute.ReduceOp.MEAN, norm, axis=None)
             lr = strategy.experimental_local_results(lr)[0]
             applied = strategy.experimental_local_results(applied)[0]
             skipped += tf.cast(tf.logical_not(applied), tf.int32)
-            done += 1
-            if self.trained_samples >= stop_samples:
-                break
+            return (done + 1, self.trained_samples >= stop_samples, loss_sum, norm_sum, lr,
+                    skipped)
+
+        done, _, loss_sum, norm_sum, lr, skipped = tf.while_loop(
+            more, update, (tf.constant(0), tf.constant(False), tf.zeros([3]), tf.constant(0.0),
+                           tf.constant(0.0), tf.constant(0)),
+            maximum_iterations=num_updates)
         updates = tf.cast(tf.maximum(done, 1), tf.float32)
         return loss_sum / updates, norm_sum / updates, lr, skipped, done
 
@@ -605,16 +601,18 @@ class Trainer:
 
     def _eval_steps_fn(self, iterator, num_steps):
         strategy = self.strategy
-        total = tf.zeros([len(EvalMetrics.KEYS)], tf.float64)
-        for _ in tf.range(num_steps):
-            # One batch at a time: overlapping iterations would each hold their own blocks
-            # of masked-LM logits.
-            tf.autograph.experimental.set_loop_options(parallel_iterations=1)
+
+        def add_batch(index, total):
             # A Python function, not the compiled one, runs in each replica's device scope.
-            sums = strategy.run(_as_written(lambda batch: self._eval_sums(batch)),
-                                args=(next(iterator),))
-            total += tf.cast(strategy.reduce(tf.distribute.ReduceOp.SUM, sums, axis=None),
-                             tf.float64)
+            sums = strategy.run(lambda batch: self._eval_sums(batch), args=(next(iterator),))
+            return index + 1, total + tf.cast(
+                strategy.reduce(tf.distribute.ReduceOp.SUM, sums, axis=None), tf.float64)
+
+        # One batch at a time: overlapping iterations would each hold their own blocks of
+        # masked-LM logits.
+        _, total = tf.while_loop(lambda index, _: index < num_steps, add_batch,
+                                 (tf.constant(0), tf.zeros([len(EvalMetrics.KEYS)], tf.float64)),
+                                 parallel_iterations=1, maximum_iterations=num_steps)
         return total
 
     def evaluate(self, dataset, num_steps: int) -> dict[str, float]:

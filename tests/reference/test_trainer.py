@@ -140,37 +140,50 @@ def xla_compiled(function) -> bool:
     return bool(traces) and all(t.function_def.attr["_XlaMustCompile"].b for t in traces)
 
 
-@pytest.mark.parametrize("steps_per_update", [1, 2])
-def test_xla_trains_like_tf_function_without_retracing(tiny_config, tf1_checkpoint, ref_results,
-                                                        train_batch, eval_batch,
-                                                        steps_per_update):
-    """With dropout 0.1 and accumulation: the same dropout masks, losses, weights and metrics
-    with and without XLA, and each step function traced (compiled) once over 3 host calls of
-    2 updates and 2 evals."""
-    n = steps_per_update
+@pytest.fixture(scope="module")
+def dropout_run(tiny_config, tf1_checkpoint, ref_results, train_batch, eval_batch):
+    """run(steps_per_update, use_xla, recompute_layers) -> (trainer, losses, metrics,
+    variables by name): with dropout 0.1 and seed 7, 3 host calls of 2 updates of the 8
+    fixture records (n micro-batches each), then 2 evals; each run made once per module."""
+    assert tiny_config.hidden_dropout_prob > 0
     strategy = tf.distribute.get_strategy()
-    micro = {k: tf.reshape(v, [n, 8 // n, *v.shape[1:]]) if n > 1 else v
-             for k, v in train_batch.items()}
     eval_data = strategy.distribute_datasets_from_function(
         lambda _: tf.data.Dataset.from_tensors(with_weights(eval_batch)))
     runs = {}
-    for use_xla in (False, True):
-        trainer = Trainer(strategy, tiny_config, settings_from(ref_results["lamb"]),
-                          train_batch_size=8 // n, steps_per_update=n, use_xla=use_xla)
-        assert tiny_config.hidden_dropout_prob > 0
-        trainer.load_initial_checkpoint(tf1_checkpoint)
-        trainer.set_seed(7)
-        iterator = iter(repeated(strategy, micro))
-        losses = [trainer.train_steps(iterator, 2) for _ in range(3)]
-        metrics = [trainer.evaluate(eval_data, 1) for _ in range(2)]
+
+    def run(n: int, use_xla: bool, recompute: bool = False):
+        if (n, use_xla, recompute) not in runs:
+            micro = {k: tf.reshape(v, [n, 8 // n, *v.shape[1:]]) if n > 1 else v
+                     for k, v in train_batch.items()}
+            trainer = Trainer(strategy, tiny_config, settings_from(ref_results["lamb"]),
+                              train_batch_size=8 // n, steps_per_update=n, use_xla=use_xla,
+                              recompute_layers=recompute)
+            assert trainer.model.recompute_layers is recompute
+            trainer.load_initial_checkpoint(tf1_checkpoint)
+            trainer.set_seed(7)
+            iterator = iter(repeated(strategy, micro))
+            losses = [trainer.train_steps(iterator, 2) for _ in range(3)]
+            metrics = [trainer.evaluate(eval_data, 1) for _ in range(2)]
+            runs[n, use_xla, recompute] = (trainer, losses, metrics,
+                                           checkpoint.model_variables_by_name(trainer.model))
+        return runs[n, use_xla, recompute]
+    return run
+
+
+@pytest.mark.parametrize("steps_per_update", [1, 2])
+def test_xla_trains_like_tf_function_without_retracing(dropout_run, steps_per_update):
+    """With dropout 0.1 and accumulation: the same dropout masks, losses, weights and metrics
+    with and without XLA, and each step function traced (compiled) once over 3 host calls of
+    2 updates and 2 evals."""
+    runs = {use_xla: dropout_run(steps_per_update, use_xla) for use_xla in (False, True)}
+    for use_xla, (trainer, *_) in runs.items():
         assert set(trainer.trace_counts().values()) == {1}, trainer.trace_counts()
         assert xla_compiled(trainer._update_variables)  # with and without use_xla
-        runs[use_xla] = losses, metrics, checkpoint.model_variables_by_name(trainer.model)
         if use_xla:  # one device: the whole update (Trainer.update_step) is one computation
             assert xla_compiled(trainer._update) and xla_compiled(trainer._gradients)
             assert xla_compiled(trainer._eval_sums)
             assert len(trainer.trace_counts()) == 6
-    (plain_losses, plain_metrics, plain_vars), (xla_losses, xla_metrics, xla_vars) = \
+    (_, plain_losses, plain_metrics, plain_vars), (_, xla_losses, xla_metrics, xla_vars) = \
         runs[False], runs[True]
     for plain, xla in zip(plain_losses, xla_losses):
         assert xla == pytest.approx(plain, abs=2e-5)
@@ -184,22 +197,13 @@ def test_xla_trains_like_tf_function_without_retracing(tiny_config, tf1_checkpoi
 
 
 @pytest.mark.parametrize("use_xla", [False, True], ids=["tf_function", "xla"])
-def test_recomputed_layers_train_like_stored_activations(tiny_config, tf1_checkpoint,
-                                                         ref_results, train_batch, use_xla):
+def test_recomputed_layers_train_like_stored_activations(dropout_run, use_xla):
     """recompute_layers (gradient checkpointing) with dropout 0.1: the backward pass redraws
     the same masks, so losses and weights equal those of a run keeping the activations."""
-    strategy = tf.distribute.get_strategy()
-    runs = []
-    for recompute in (False, True):
-        trainer = Trainer(strategy, tiny_config, settings_from(ref_results["lamb"]),
-                          train_batch_size=8, use_xla=use_xla, recompute_layers=recompute)
-        assert trainer.model.recompute_layers is recompute
-        trainer.load_initial_checkpoint(tf1_checkpoint)
-        trainer.set_seed(3)
-        losses = trainer.train_steps(iter(repeated(strategy, train_batch)), 2)
-        runs.append((losses, checkpoint.model_variables_by_name(trainer.model)))
-    (stored, stored_vars), (recomputed, recomputed_vars) = runs
-    assert recomputed == pytest.approx(stored, abs=1e-5)
+    _, stored, _, stored_vars = dropout_run(1, use_xla)
+    _, recomputed, _, recomputed_vars = dropout_run(1, use_xla, recompute=True)
+    for stored_losses, recomputed_losses in zip(stored, recomputed):
+        assert recomputed_losses == pytest.approx(stored_losses, abs=1e-5)
     for name, var in stored_vars.items():
         if not name.endswith("key/bias"):  # zero gradient up to rounding; LAMB scales noise
             np.testing.assert_allclose(recomputed_vars[name].numpy(), var.numpy(), rtol=0,
