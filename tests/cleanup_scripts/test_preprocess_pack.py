@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from cleanup_scripts.records.pretraining_features import decode_example, read_records, record_layout
+from cleanup_scripts.records.pretraining_features import (decode_example, read_records, record_layout,
+                                                          tf_feature_spec)
 from tests.cleanup_scripts.test_preprocess import (first_run, manifest,  # noqa: F401
                                                    preprocess, stage_file_counts,
                                                    summarised_stages)
@@ -54,39 +55,48 @@ def test_pack_runs_once_after_the_dataset_and_adds_only_its_files(packed_run, fi
     assert all(f"{name}\t{(output / name).stat().st_size}\n" in recorded for name in PACKED)
 
 
+def parsed_columns(path: Path) -> dict:
+    """Every record of a file as numpy columns, parsed by TensorFlow (a decoder of its own
+    beside the codec's, and a fast one), in the layout its first record has."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    layout = record_layout(decode_example(next(read_records(path))))
+    parsed = tf.io.parse_example(list(read_records(path)), tf_feature_spec(layout))
+    return {name: values.numpy() for name, values in parsed.items()}
+
+
 def unpacked_sequences(path: Path) -> list[tuple]:
     """Each record of an unpacked file as (tokens, segments, masked positions, their ids,
     label), the arrays as bytes."""
+    columns = parsed_columns(path)
     out = []
-    for data in read_records(path):
-        record = {name: values for name, (_, values) in decode_example(data).items()}
-        length = int(record["input_mask"].sum())
-        real = record["masked_lm_weights"] != 0
-        out.append((record["input_ids"][:length].tobytes(),
-                    record["segment_ids"][:length].tobytes(),
-                    record["masked_lm_positions"][real].tobytes(),
-                    record["masked_lm_ids"][real].tobytes(),
-                    int(record["next_sentence_labels"][0])))
+    for index, length in enumerate(columns["input_mask"].sum(axis=1)):
+        real = columns["masked_lm_weights"][index] != 0
+        out.append((columns["input_ids"][index, :length].tobytes(),
+                    columns["segment_ids"][index, :length].tobytes(),
+                    columns["masked_lm_positions"][index, real].tobytes(),
+                    columns["masked_lm_ids"][index, real].tobytes(),
+                    int(columns["next_sentence_labels"][index, 0])))
     return out
 
 
 def packed_sequences(path: Path) -> list[tuple]:
     """Each sequence of each row of a packed file, as `unpacked_sequences` gives them (its
     masked positions counted from its own start)."""
+    columns = parsed_columns(path)
     out = []
-    for data in read_records(path):
-        row = {name: values for name, (_, values) in decode_example(data).items()}
-        real = row["masked_lm_weights"] != 0
-        positions, ids = row["masked_lm_positions"][real], row["masked_lm_ids"][real]
-        owner = row["sequence_ids"][positions]
-        for index in range(1, int(row["sequence_ids"].max()) + 1):
-            start = int(row["next_sentence_positions"][index - 1])
-            end = start + int((row["sequence_ids"] == index).sum())
-            mine = owner == index
-            out.append((row["input_ids"][start:end].tobytes(),
-                        row["segment_ids"][start:end].tobytes(),
+    for index, sequence_ids in enumerate(columns["sequence_ids"]):
+        real = columns["masked_lm_weights"][index] != 0
+        positions = columns["masked_lm_positions"][index, real]
+        ids = columns["masked_lm_ids"][index, real]
+        owner = sequence_ids[positions]
+        for number in range(1, int(sequence_ids.max()) + 1):
+            start = int(columns["next_sentence_positions"][index, number - 1])
+            end = start + int((sequence_ids == number).sum())
+            mine = owner == number
+            out.append((columns["input_ids"][index, start:end].tobytes(),
+                        columns["segment_ids"][index, start:end].tobytes(),
                         (positions[mine] - start).tobytes(), ids[mine].tobytes(),
-                        int(row["next_sentence_labels"][index - 1])))
+                        int(columns["next_sentence_labels"][index, number - 1])))
     return out
 
 
