@@ -191,18 +191,6 @@ def test_a_mix_of_packed_and_unpacked_files_is_one_line(data, tmp_path):
                                   "unpacked")
 
 
-@pytest.mark.parametrize("kind, what", [("packed", "sequences"), ("unpacked", "records")])
-def test_closed_run_with_an_eval_set_of_other_size_is_open_division_packed_or_not(
-        baseline, packed_run, kind, what):
-    """An eval set of another size, packed or unpacked, makes a closed-division run open
-    division, logged with the reason (one rule for both layouts): the runs above asked for
-    closed division and evaluate 16 packed sequences (`packed_run`) or records (`baseline`)."""
-    records = read_mllog(packed_run / "mlperf.log") if kind == "packed" else baseline[2]
-    assert values(records, "submission_division") == ["open"]
-    assert f"the eval covers 16 {what}, not the benchmark's 10,000" in values(records,
-                                                                             "noncompliant")
-
-
 # ------------------------------------------------------------------------------ a packed run's log
 @pytest.fixture(scope="module")
 def packed_run(data, tmp_path_factory):
@@ -214,6 +202,18 @@ def packed_run(data, tmp_path_factory):
                 f"--input_file={data['packed']}", f"--eval_file={data['packed']}",
                 "--eval_batch_size=4", f"--output_dir={out}")
     return out
+
+
+@pytest.mark.parametrize("kind, what", [("packed", "sequences"), ("unpacked", "records")])
+def test_closed_run_with_an_eval_set_of_other_size_is_open_division_packed_or_not(
+        baseline, packed_run, kind, what):
+    """An eval set of another size, packed or unpacked, makes a closed-division run open
+    division, logged with the reason (one rule for both layouts): the runs above asked for
+    closed division and evaluate 16 packed sequences (`packed_run`) or records (`baseline`)."""
+    records = read_mllog(packed_run / "mlperf.log") if kind == "packed" else baseline[2]
+    assert values(records, "submission_division") == ["open"]
+    assert f"the eval covers 16 {what}, not the benchmark's 10,000" in values(records,
+                                                                             "noncompliant")
 
 
 def test_packed_run_log_passes_our_checker_and_the_official_one(packed_run):
