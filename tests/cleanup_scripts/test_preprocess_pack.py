@@ -59,8 +59,9 @@ def parsed_columns(path: Path) -> dict:
     """Every record of a file as numpy columns, parsed by TensorFlow (a decoder of its own
     beside the codec's, and a fast one), in the layout its first record has."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    layout = record_layout(decode_example(next(read_records(path))))
-    parsed = tf.io.parse_example(list(read_records(path)), tf_feature_spec(layout))
+    records = list(read_records(path))
+    layout = record_layout(decode_example(records[0]))
+    parsed = tf.io.parse_example(records, tf_feature_spec(layout))
     return {name: values.numpy() for name, values in parsed.items()}
 
 
