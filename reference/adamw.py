@@ -65,14 +65,17 @@ class AdamWeightDecay(MomentOptimizer):
         return lr
 
     def update_variable(self, var, grad, m, v, lr, beta_1_power=None, beta_2_power=None,
-                        name: str | None = None) -> None:
-        """The update of one variable and its moments (the beta powers are unused)."""
+                        name: str | None = None, decisions: tuple[bool] | None = None) -> None:
+        """The update of one variable and its moments (the beta powers are unused; `name` and
+        `decisions` as in `Lamb.update_variable`)."""
         del beta_1_power, beta_2_power  # no bias correction in the MLCommons reference's AdamW
-        name = variable_name(var) if name is None else name
+        if decisions is None:
+            decisions = self.decisions(variable_name(var) if name is None else name)
+        (decay,) = decisions
         m_t = tf.multiply(self.beta_1, m) + tf.multiply(1.0 - self.beta_1, grad)
         v_t = tf.multiply(self.beta_2, v) + tf.multiply(1.0 - self.beta_2, tf.square(grad))
         update = m_t / (tf.sqrt(v_t) + self.epsilon)
-        if self.uses_weight_decay(name):
+        if decay:
             update += self.weight_decay_rate * var
         var.assign(var - lr * update)
         m.assign(m_t)

@@ -106,6 +106,12 @@ class MomentOptimizer(tf.Module):
         return bool(self.weight_decay_rate) and not _matches_any(self.exclude_from_weight_decay,
                                                                  name)
 
+    def decisions(self, name: str) -> tuple[bool, ...]:
+        """What the update does to a variable of this name beyond its moments: (weight decay,).
+        Variables with the same decisions, shape and dtype take the same update function, so
+        a trainer may trace and compile it once for all of them."""
+        return (self.uses_weight_decay(name),)
+
     def build(self, var_list: Sequence[tf.Variable]) -> None:
         """Create the m/v slots (zeros) for variables that have none yet.
 
@@ -178,6 +184,10 @@ class Lamb(MomentOptimizer):
         """Whether a variable of this name gets the trust ratio ||w|| / ||update||."""
         return not _matches_any(self.exclude_from_layer_adaptation, name)
 
+    def decisions(self, name: str) -> tuple[bool, ...]:
+        """(weight decay, layer adaptation) for a variable of this name (see the base class)."""
+        return self.uses_weight_decay(name), self.uses_layer_adaptation(name)
+
     # ------------------------------------------------------------------ update
     def apply_gradients(self, grads_and_vars: Iterable, step=None) -> tf.Tensor:
         """Apply one LAMB update.
@@ -205,15 +215,19 @@ class Lamb(MomentOptimizer):
         return lr
 
     def update_variable(self, var, grad, m, v, lr, beta_1_power, beta_2_power,
-                        name: str | None = None) -> None:
+                        name: str | None = None,
+                        decisions: tuple[bool, bool] | None = None) -> None:
         """The LAMB update of one variable (and its moments), without the step bookkeeping.
 
         `apply_gradients` calls this for each variable and then `finish_update`. A distributed
         trainer calls it once per device copy (e.g. through `strategy.extended.update`), passing
         the copy's moments; `name` is then the distributed variable's name (the exclusions are
-        decided on it), and `beta_*_power` the values read before the update.
+        decided on it), and `beta_*_power` the values read before the update. `decisions`, when
+        given, is `self.decisions(name)` decided beforehand (then `name` is unused).
         """
-        name = variable_name(var) if name is None else name
+        if decisions is None:
+            decisions = self.decisions(variable_name(var) if name is None else name)
+        decay, adapt = decisions
         beta_1 = tf.constant(self.beta_1, tf.float32)
         beta_2 = tf.constant(self.beta_2, tf.float32)
         epsilon = tf.constant(self.epsilon, tf.float32)
@@ -225,10 +239,10 @@ class Lamb(MomentOptimizer):
         m_hat = m_t / (1.0 - beta_1_power)
         v_hat = v_t / (1.0 - beta_2_power)
         update = m_hat / (tf.sqrt(v_hat) + epsilon)
-        if self.uses_weight_decay(name):
+        if decay:
             update += decay_rate * var
         ratio = 1.0
-        if self.uses_layer_adaptation(name):
+        if adapt:
             w_norm = tf.norm(var, ord=2)
             u_norm = tf.norm(update, ord=2)
             ratio = tf.where(w_norm > 0, tf.where(u_norm > 0, w_norm / u_norm, 1.0), 1.0)

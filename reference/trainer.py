@@ -181,6 +181,26 @@ def use_keyed_dropout(model: tf_keras.Model, keys: DropoutKeys) -> int:
     return replace_dropout_generators(model, lambda index: KeyedDropout(keys, index))
 
 
+def _update_compilation(asked: str | None, variable) -> str:
+    """The Trainer's `update_compilation`: `asked`, or by the device of `variable` (a model
+    weight) when None: per_device on a GPU, else per_kind."""
+    if asked is None:
+        on_gpu = tf.DeviceSpec.from_string(variable.device).device_type == "GPU"
+        return "per_device" if on_gpu else "per_kind"
+    if asked not in ("per_device", "per_kind"):
+        raise ValueError(f"update_compilation={asked!r}: per_device or per_kind")
+    return asked
+
+
+def _stored_variable(variable):
+    """The variable that stores `variable`'s value: under a Keras mixed-precision policy the
+    model's weights are AutoCastVariables (read in the compute type inside layers) wrapping a
+    float32 variable, which a tf.function can take as an argument (an AutoCastVariable it
+    captures, tracing again for each); any other variable is itself."""
+    return getattr(variable, "_variable", variable) \
+        if type(variable).__name__ == "AutoCastVariable" else variable
+
+
 class Trainer:
     """Model, optimizer, step counters and the compiled steps for one strategy.
 
@@ -201,6 +221,13 @@ class Trainer:
         keeping its activations (`BertPretrainingModel`; less memory, more compute).
       masked_lm_block_rows: the most masked-LM rows whose [rows, vocab] logits are formed at
         once in the losses and metrics (`reference.losses`; 0: all rows of a batch).
+      update_compilation: how the optimizer update is XLA-compiled off TPUs: "per_device" (the
+        update of every variable one computation per device: one launch per device and update,
+        as GPUs want) or "per_kind" (one computation per kind of variable, shape, dtype and
+        optimizer decisions alike, called for each variable: each kind compiled once, where
+        one computation compiles every variable's update apart; BERT-large has 398 variables
+        of 11 kinds). None: per_device on GPUs, per_kind elsewhere (on a CPU a
+        launch costs microseconds and compiling dominates a short run's start).
       packed: the training batches are packed rows. Each update first all-reduces its
         masked-LM weight and sequence count and normalises every micro-batch's loss by them,
         so the gradient is that of an unpacked batch of the same sequences, clipped once after
@@ -218,7 +245,8 @@ class Trainer:
                  optimizer: OptimizerSettings, train_batch_size: int, steps_per_update: int = 1,
                  mixed_precision: str = "none",
                  use_xla: bool = False, recompute_layers: bool = False,
-                 masked_lm_block_rows: int = MASKED_LM_BLOCK_ROWS, packed: bool = False):
+                 masked_lm_block_rows: int = MASKED_LM_BLOCK_ROWS, packed: bool = False,
+                 update_compilation: str | None = None):
         self.strategy = strategy
         self.config = config
         self.settings = optimizer
@@ -261,6 +289,7 @@ class Trainer:
         use_keyed_dropout(self.model, self._dropout_keys)
         self._variables = list(self.model.trainable_variables)
         self._names = [variable_name(v) for v in self._variables]
+        self._decisions = [self.optimizer.decisions(name) for name in self._names]
         # Everything is traced as written: the step loops are tf.while_loops and what runs in
         # them uses TensorFlow's control flow, so autograph converts nothing (its conversion
         # of each function it reaches costs seconds of every run's start).
@@ -269,8 +298,15 @@ class Trainer:
         compiled = functools.partial(tf.function, jit_compile=True, autograph=False)
         # The optimizer update is elementwise work over each weight and its two moments: XLA
         # fuses it into a few passes where TensorFlow's kernels make about seventeen (BERT-base
-        # on 2 CPU cores: 0.5 s per step down to 0.3 s), all variables in one computation.
-        self._update_variables = (self._update_variables_fn if on_tpu
+        # on 2 CPU cores: 0.5 s per step down to 0.3 s); see update_compilation for how many
+        # computations (docs/performance.md: BERT-large's first update 45 s -> 6 s per kind).
+        per_kind = _update_compilation(update_compilation, self._variables[0]) == "per_kind" \
+            and not on_tpu
+        self.update_kinds = len({(tuple(v.shape), v.dtype, d)
+                                 for v, d in zip(self._variables, self._decisions)})
+        self._update_variable = (compiled(self._update_variable_fn) if per_kind
+                                 else self._update_variable_fn)
+        self._update_variables = (self._update_variables_fn if on_tpu or per_kind
                                   else compiled(self._update_variables_fn))
         self._gradients = compiled(self._gradients_fn) if self.use_xla else self._gradients_fn
         self._eval_sums = compiled(self._eval_sums_fn) if self.use_xla else self._eval_sums_fn
@@ -375,12 +411,14 @@ class Trainer:
 
     def trace_counts(self) -> dict[str, int]:
         """How often each step function was traced so far: the training loop, the eval loop,
-        the compiled optimizer update and, with XLA, the compiled update, gradient and eval
-        functions. Each is 1 once a step and an eval ran; more means a retrace (with XLA, a
-        recompilation)."""
+        the compiled optimizer update (of all variables, or `update_variable`: of one variable,
+        traced once for each of `update_kinds`) and, with XLA, the compiled update, gradient
+        and eval functions. Each is 1 once a step and an eval ran; more means a retrace (with
+        XLA, a recompilation)."""
         functions = {"train_steps": self._train_steps, "eval_steps": self._eval_steps,
                      "update": self._update, "gradients": self._gradients,
-                     "update_variables": self._update_variables, "eval_sums": self._eval_sums}
+                     "update_variables": self._update_variables,
+                     "update_variable": self._update_variable, "eval_sums": self._eval_sums}
         return {name: f.experimental_get_tracing_count() for name, f in functions.items()
                 if isinstance(f, tf.types.experimental.PolymorphicFunction)}
 
@@ -393,7 +431,8 @@ class Trainer:
         except RuntimeError:  # the default strategy has one device and no such list
             local_replicas = 1
         expected = {"gradients": local_replicas, "eval_sums": local_replicas,
-                    "update_variables": local_replicas}
+                    "update_variables": local_replicas,
+                    "update_variable": local_replicas * self.update_kinds}
         return {name: count for name, count in self.trace_counts().items()
                 if count > expected.get(name, 1)}
 
@@ -514,35 +553,41 @@ class Trainer:
         slots = [self.optimizer.slots(var) for var in self._variables]
         m_slots, v_slots = [m for m, _ in slots], [v for _, v in slots]
         if isinstance(strategy, tf.distribute.TPUStrategy):
-            for grad, var, m, v, name in zip(grads, self._variables, m_slots, v_slots,
-                                             self._names):
+            for grad, var, m, v, decisions in zip(grads, self._variables, m_slots, v_slots,
+                                                  self._decisions):
                 strategy.extended.update(
-                    var, lambda copy, *args, name=name: self._update_variables(
-                        [copy], *args, [name]),
+                    var, lambda copy, *args, decisions=decisions: self._update_variables(
+                        [copy], *args, [decisions]),
                     args=([grad], [m], [v], lr, beta_1_power, beta_2_power), group=False)
             return
         local = strategy.experimental_local_results
+        weights = [_stored_variable(var) for var in self._variables]
 
         def on(device, values):
             return [local(value)[device] for value in values]
 
-        for device in range(len(local(self._variables[0]))):
-            variables = on(device, self._variables)
+        for device in range(len(local(weights[0]))):
+            variables = on(device, weights)
             with tf.device(variables[0].device):
                 self._update_variables(variables, on(device, grads), on(device, m_slots),
                                        on(device, v_slots), lr, beta_1_power, beta_2_power,
-                                       self._names)
+                                       self._decisions)
 
     def _update_variables_fn(self, variables, grads, m_slots, v_slots, lr, beta_1_power,
-                             beta_2_power, names):
+                             beta_2_power, decisions):
         """The optimizer's update of each of `variables` (one device's copies) from its
-        gradient and moments; `names` are the model variables' names, on which the
-        weight-decay and layer-adaptation exclusions are decided. Its ops are named
+        gradient and moments; `decisions`: the optimizer's decisions for each (weight decay,
+        layer adaptation), made on the model variables' names. Its ops are named
         `optimizer_update/...`."""
         with tf.name_scope("optimizer_update"):
-            for var, grad, m, v, name in zip(variables, grads, m_slots, v_slots, names):
-                self.optimizer.update_variable(var, grad, m, v, lr, beta_1_power,
-                                               beta_2_power, name=name)
+            for var, grad, m, v, decided in zip(variables, grads, m_slots, v_slots, decisions):
+                self._update_variable(var, grad, m, v, lr, beta_1_power, beta_2_power, decided)
+
+    def _update_variable_fn(self, var, grad, m, v, lr, beta_1_power, beta_2_power, decisions):
+        """The optimizer's update of one variable (a device's copy) and its moments."""
+        with tf.name_scope("optimizer_update"):
+            self.optimizer.update_variable(var, grad, m, v, lr, beta_1_power, beta_2_power,
+                                           decisions=decisions)
 
     def _train_steps_fn(self, iterator, num_updates, first_step, stop_samples):
         strategy = self.strategy

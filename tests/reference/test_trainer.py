@@ -142,31 +142,33 @@ def xla_compiled(function) -> bool:
 
 @pytest.fixture(scope="module")
 def dropout_run(tiny_config, tf1_checkpoint, ref_results, train_batch, eval_batch):
-    """run(steps_per_update, use_xla, recompute_layers) -> (trainer, losses, metrics,
-    variables by name): with dropout 0.1 and seed 7, 3 host calls of 2 updates of the 8
-    fixture records (n micro-batches each), then 2 evals; each run made once per module."""
+    """run(steps_per_update, use_xla, recompute_layers, update_compilation) -> (trainer,
+    losses, metrics, variables by name): with dropout 0.1 and seed 7, 3 host calls of 2
+    updates of the 8 fixture records (n micro-batches each), then 2 evals; each run made once
+    per module."""
     assert tiny_config.hidden_dropout_prob > 0
     strategy = tf.distribute.get_strategy()
     eval_data = strategy.distribute_datasets_from_function(
         lambda _: tf.data.Dataset.from_tensors(with_weights(eval_batch)))
     runs = {}
 
-    def run(n: int, use_xla: bool, recompute: bool = False):
-        if (n, use_xla, recompute) not in runs:
+    def run(n: int, use_xla: bool, recompute: bool = False, update_compilation=None):
+        key = (n, use_xla, recompute, update_compilation)
+        if key not in runs:
             micro = {k: tf.reshape(v, [n, 8 // n, *v.shape[1:]]) if n > 1 else v
                      for k, v in train_batch.items()}
             trainer = Trainer(strategy, tiny_config, settings_from(ref_results["lamb"]),
                               train_batch_size=8 // n, steps_per_update=n, use_xla=use_xla,
-                              recompute_layers=recompute)
+                              recompute_layers=recompute, update_compilation=update_compilation)
             assert trainer.model.recompute_layers is recompute
             trainer.load_initial_checkpoint(tf1_checkpoint)
             trainer.set_seed(7)
             iterator = iter(repeated(strategy, micro))
             losses = [trainer.train_steps(iterator, 2) for _ in range(3)]
             metrics = [trainer.evaluate(eval_data, 1) for _ in range(2)]
-            runs[n, use_xla, recompute] = (trainer, losses, metrics,
-                                           checkpoint.model_variables_by_name(trainer.model))
-        return runs[n, use_xla, recompute]
+            runs[key] = (trainer, losses, metrics,
+                         checkpoint.model_variables_by_name(trainer.model))
+        return runs[key]
     return run
 
 
@@ -177,12 +179,14 @@ def test_xla_trains_like_tf_function_without_retracing(dropout_run, steps_per_up
     2 updates and 2 evals."""
     runs = {use_xla: dropout_run(steps_per_update, use_xla) for use_xla in (False, True)}
     for use_xla, (trainer, *_) in runs.items():
-        assert set(trainer.trace_counts().values()) == {1}, trainer.trace_counts()
-        assert xla_compiled(trainer._update_variables)  # with and without use_xla
+        counts = trainer.trace_counts()
+        assert counts.pop("update_variable") == trainer.update_kinds  # compiled once per kind
+        assert set(counts.values()) == {1} and not trainer.retraced(), counts
+        assert xla_compiled(trainer._update_variable)  # with and without use_xla
         if use_xla:  # one device: the whole update (Trainer.update_step) is one computation
             assert xla_compiled(trainer._update) and xla_compiled(trainer._gradients)
             assert xla_compiled(trainer._eval_sums)
-            assert len(trainer.trace_counts()) == 6
+            assert len(counts) == 5
     (_, plain_losses, plain_metrics, plain_vars), (_, xla_losses, xla_metrics, xla_vars) = \
         runs[False], runs[True]
     for plain, xla in zip(plain_losses, xla_losses):
@@ -208,6 +212,23 @@ def test_recomputed_layers_train_like_stored_activations(dropout_run, use_xla):
         if not name.endswith("key/bias"):  # zero gradient up to rounding; LAMB scales noise
             np.testing.assert_allclose(recomputed_vars[name].numpy(), var.numpy(), rtol=0,
                                        atol=1e-5, err_msg=name)
+
+
+def test_the_update_compiled_once_per_kind_moves_weights_as_one_computation_per_device(
+        dropout_run):
+    """The optimizer update compiled once per kind of variable (a CPU's default; the tiny
+    model's variables fall into far fewer kinds) gives the same bits as one computation of
+    every variable per device (GPUs' default): losses, metrics and weights."""
+    per_kind = dropout_run(1, False)
+    per_device = dropout_run(1, False, update_compilation="per_device")
+    trainer = per_device[0]
+    assert xla_compiled(trainer._update_variables)
+    assert trainer.trace_counts()["update_variables"] == 1 and not trainer.retraced()
+    assert per_kind[0].trace_counts()["update_variable"] == per_kind[0].update_kinds < \
+        len(per_kind[0].model.trainable_variables)
+    assert per_device[1] == per_kind[1] and per_device[2] == per_kind[2]
+    for name, var in per_kind[3].items():
+        np.testing.assert_array_equal(per_device[3][name].numpy(), var.numpy(), err_msg=name)
 
 
 def test_keyed_dropout_masks_are_the_same_under_xla():
