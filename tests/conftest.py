@@ -1,12 +1,14 @@
 """Shared pytest helpers: running the project's CLIs as a user would."""
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -72,6 +74,27 @@ def read_md5_manifest(path: str | os.PathLike) -> dict[str, str]:
     return table
 
 
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """The folder `name`, built by `build(folder)` once per test run and shared by every
+    pytest-xdist worker: the first to ask builds it under a lock in the run's common temporary
+    folder while the others wait, then all reuse it. Callers must not change it (copy it
+    first). A build that raised is not reused: the next caller builds it again."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker's basetemp is <run>/popen-gwN
+        root = root.parent
+    shared = root / "built-once"
+    shared.mkdir(exist_ok=True)
+    folder, done = shared / name, shared / f"{name}.done"
+    with open(shared / f"{name}.lock", "w", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            done.touch()
+    return folder
+
+
 @pytest.fixture
 def fixtures_dir() -> Path:
     """The committed test fixtures."""
@@ -85,13 +108,14 @@ def sample_results_dir(tmp_path_factory) -> Path:
     reference scripts produced, so tests may use these parts as the reference's."""
     from cleanup_scripts.process_wiki import process_wiki
 
-    work = tmp_path_factory.mktemp("reference-wiki_00-01")
-    for name in ("wiki_00", "wiki_01"):
-        shutil.copy(REPO / "tests" / "fixtures" / "wiki-extracted" / name, work / name)
-    process_wiki(str(work / "wiki_??"), str(work / "results"), num_test_articles=20,
-                 seed=12345, block_size_mb=1.5, nworker=1)
-    expected = read_md5_manifest(REPO / "tests" / "fixtures" / "reference-wiki_00-01" /
-                                 "md5sums.txt")
-    for name, digest in expected.items():
-        assert md5_of(work / name.removeprefix("text/")) == digest, name
-    return work / "results"
+    def build(work: Path) -> None:
+        for name in ("wiki_00", "wiki_01"):
+            shutil.copy(REPO / "tests" / "fixtures" / "wiki-extracted" / name, work / name)
+        process_wiki(str(work / "wiki_??"), str(work / "results"), num_test_articles=20,
+                     seed=12345, block_size_mb=1.5, nworker=1)
+        expected = read_md5_manifest(REPO / "tests" / "fixtures" / "reference-wiki_00-01" /
+                                     "md5sums.txt")
+        for name, digest in expected.items():
+            assert md5_of(work / name.removeprefix("text/")) == digest, name
+
+    return built_once(tmp_path_factory, "reference-wiki_00-01", build) / "results"

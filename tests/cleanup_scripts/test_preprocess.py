@@ -20,7 +20,7 @@ from benchmark.files import exclusive_lock
 import cleanup_scripts
 from cleanup_scripts.records.tfrecord_digest import tfrecord_digest
 from tests.cleanup_scripts.test_download import FileServer
-from tests.conftest import REPO, md5_of, read_md5_manifest, run_module
+from tests.conftest import REPO, built_once, md5_of, read_md5_manifest, run_module
 
 STAGES = {"extract", "clean", "segment", "separate", "gather", "tfrecords", "eval_10k",
           "manifest"}
@@ -41,13 +41,15 @@ def manifest(output_dir: Path) -> dict[str, str]:
     return {path: md5 for path, _, md5 in (row.split("\t") for row in rows)}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def first_run(tmp_path_factory) -> Path:
-    """`make preprocess` as a user runs it: the embedded sample, every default."""
-    output = tmp_path_factory.mktemp("first") / "dataset"
-    result = preprocess(output, "--nworker=2")
-    assert summarised_stages(result.stderr) == STAGES
-    return output
+    """`make preprocess` as a user runs it: the embedded sample, every default (built once per
+    test run: copy it before changing it)."""
+    def build(folder: Path) -> None:
+        result = preprocess(folder / "dataset", "--nworker=2")
+        assert summarised_stages(result.stderr) == STAGES
+
+    return built_once(tmp_path_factory, "sample-dataset", build) / "dataset"
 
 
 def assert_same_dataset(output: Path, reference: Path) -> None:

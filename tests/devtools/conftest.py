@@ -1,11 +1,11 @@
-"""Exports of a tiny update (`devtools.export_step`), made once per session and shared."""
+"""Exports of a tiny update (`devtools.export_step`), made once per test run and shared."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, run_module
+from tests.conftest import REPO, built_once, run_module
 
 TINY_CONFIG = REPO / "tests" / "fixtures" / "reference_model" / "bert_config.json"
 # The fixture's 2-layer BERT (hidden 64, dropout 0.1): 6 sequences of 64 tokens a step.
@@ -17,14 +17,10 @@ EXPORT_ARGS = (f"--bert_config_file={TINY_CONFIG}", "--batch_size=6", "--max_seq
 def exported_step(tmp_path_factory):
     """packed (bool) -> the folder `python -m devtools.export_step` wrote for the tiny update,
     packed rows or one padded sequence a row (each exported once)."""
-    folders: dict[bool, Path] = {}
-
     def export(packed: bool) -> Path:
-        if packed not in folders:
-            out = tmp_path_factory.mktemp("step") / ("packed" if packed else "padded")
-            run_module("devtools.export_step", f"--output_dir={out}", *EXPORT_ARGS,
-                       f"--packed={str(packed).lower()}")
-            folders[packed] = out
-        return folders[packed]
+        kind = "packed" if packed else "padded"
+        return built_once(tmp_path_factory, f"step-{kind}", lambda folder: run_module(
+            "devtools.export_step", f"--output_dir={folder / kind}", *EXPORT_ARGS,
+            f"--packed={str(packed).lower()}")) / kind
 
     return export
