@@ -288,8 +288,7 @@ class Trainer:
         self._dropout_keys = DropoutKeys()
         use_keyed_dropout(self.model, self._dropout_keys)
         self._variables = list(self.model.trainable_variables)
-        self._names = [variable_name(v) for v in self._variables]
-        self._decisions = [self.optimizer.decisions(name) for name in self._names]
+        self._decisions = [self.optimizer.decisions(variable_name(v)) for v in self._variables]
         # Everything is traced as written: the step loops are tf.while_loops and what runs in
         # them uses TensorFlow's control flow, so autograph converts nothing (its conversion
         # of each function it reaches costs seconds of every run's start).
@@ -298,8 +297,8 @@ class Trainer:
         compiled = functools.partial(tf.function, jit_compile=True, autograph=False)
         # The optimizer update is elementwise work over each weight and its two moments: XLA
         # fuses it into a few passes where TensorFlow's kernels make about seventeen (BERT-base
-        # on 2 CPU cores: 0.5 s per step down to 0.3 s); see update_compilation for how many
-        # computations (docs/performance.md: BERT-large's first update 45 s -> 6 s per kind).
+        # on 2 CPU cores: 0.5 s per step down to 0.3 s); update_compilation says in how many
+        # computations (docs/performance.md measures both on BERT-large).
         per_kind = _update_compilation(update_compilation, self._variables[0]) == "per_kind" \
             and not on_tpu
         self.update_kinds = len({(tuple(v.shape), v.dtype, d)
