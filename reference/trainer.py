@@ -5,7 +5,8 @@ An update (`Trainer.update_step`) is `steps_per_update` micro-batches on every r
 gradients are clipped (per micro-batch, as the MLCommons reference does, or once after the
 all-reduce), averaged, all-reduced and applied once in cross-replica context. With XLA the
 micro-batch passes are one compiled computation per replica and the optimizer update of every
-variable one more per device; on one device the whole update is one. Step counters are
+variable one more per device (or one per kind of variable, `update_compilation`); on one
+device with the update compiled per device, the whole update is one. Step counters are
 micro-steps, as in the MLCommons reference.
 """
 from __future__ import annotations
@@ -216,7 +217,9 @@ class Trainer:
         LOSS_SCALE_GROWTH_INTERVAL good updates in a row double it.
       use_xla: compile each replica's forward and backward passes (with the micro-batch loop,
         accumulation and clipping) and the eval step with XLA; the loop over updates, the
-        iterator and the all-reduce stay outside. TPUs compile everything anyway.
+        iterator and the all-reduce stay outside. On one device with the optimizer update
+        compiled per device, the whole update is one computation. TPUs compile everything
+        anyway.
       recompute_layers: recompute each transformer layer in the backward pass instead of
         keeping its activations (`BertPretrainingModel`; less memory, more compute).
       masked_lm_block_rows: the most masked-LM rows whose [rows, vocab] logits are formed at
@@ -310,11 +313,14 @@ class Trainer:
         self._gradients = compiled(self._gradients_fn) if self.use_xla else self._gradients_fn
         self._eval_sums = compiled(self._eval_sums_fn) if self.use_xla else self._eval_sums_fn
         # MirroredStrategy's replicas meet in merge_call from threads of their own, which no
-        # compiled function may hold; elsewhere (one device) the whole update is one function.
+        # compiled function may hold; elsewhere (one device) the whole update is one function,
+        # unless its optimizer update is compiled per kind (one computation of it all would
+        # compile each variable's update apart again: BERT-large's first XLA steps took 62 s
+        # longer so, docs/performance.md).
         threaded = isinstance(strategy, (tf.distribute.MirroredStrategy,
                                          tf.distribute.MultiWorkerMirroredStrategy))
         self._update = (compiled(self.update_step) if self.use_xla and not threaded
-                        else self.update_step)
+                        and not per_kind else self.update_step)
 
     # ------------------------------------------------------------------ state
     @property

@@ -48,11 +48,14 @@ def with_weights(batch):
 @pytest.fixture(scope="module", params=[False, True], ids=["tf_function", "xla"])
 def trainer_run(request, tiny_config_no_dropout, tf1_checkpoint, ref_results, train_batch,
                 eval_batch):
-    """The reference's three LAMB steps through the trainer, compiled with XLA or not."""
+    """The reference's three LAMB steps through the trainer, compiled with XLA (the whole
+    update one computation, as on one GPU) or not (the optimizer update compiled per kind of
+    variable, as on a CPU)."""
     strategy = tf.distribute.get_strategy()
     trainer = Trainer(strategy, tiny_config_no_dropout, settings_from(ref_results["lamb"]),
                       train_batch_size=int(train_batch["input_ids"].shape[0]),
-                      use_xla=request.param)
+                      use_xla=request.param,
+                      update_compilation="per_device" if request.param else "per_kind")
     trainer.load_initial_checkpoint(tf1_checkpoint)
     iterator = iter(repeated(strategy, train_batch))
     eval_data = strategy.distribute_datasets_from_function(
@@ -66,6 +69,8 @@ def trainer_run(request, tiny_config_no_dropout, tf1_checkpoint, ref_results, tr
 
 def test_compiled_steps_reproduce_reference_lamb_steps(trainer_run, ref_results):
     trainer, records = trainer_run
+    if trainer.use_xla:
+        assert xla_compiled(trainer._update)  # the whole update: one computation
     for (losses, metrics), ref in zip(records, ref_results["lamb_steps"]):
         assert np.float32(losses["learning_rate"]) == np.float32(ref["learning_rate"])
         for key in ("total_loss", "masked_lm_loss", "next_sentence_loss"):
@@ -183,10 +188,9 @@ def test_xla_trains_like_tf_function_without_retracing(dropout_run, steps_per_up
         assert counts.pop("update_variable") == trainer.update_kinds  # compiled once per kind
         assert set(counts.values()) == {1} and not trainer.retraced(), counts
         assert xla_compiled(trainer._update_variable)  # with and without use_xla
-        if use_xla:  # one device: the whole update (Trainer.update_step) is one computation
-            assert xla_compiled(trainer._update) and xla_compiled(trainer._gradients)
-            assert xla_compiled(trainer._eval_sums)
-            assert len(counts) == 5
+        if use_xla:  # the micro-batch passes and evals; the optimizer update per kind (a CPU)
+            assert xla_compiled(trainer._gradients) and xla_compiled(trainer._eval_sums)
+            assert trainer._update == trainer.update_step and len(counts) == 4
     (_, plain_losses, plain_metrics, plain_vars), (_, xla_losses, xla_metrics, xla_vars) = \
         runs[False], runs[True]
     for plain, xla in zip(plain_losses, xla_losses):
@@ -357,7 +361,7 @@ def test_compiled_update_draws_sixteen_random_bits_per_dropout_entry(tiny_config
     backward pass reuses the forward pass's masks instead of drawing them again."""
     strategy = tf.distribute.get_strategy()
     trainer = Trainer(strategy, tiny_config, settings_from(ref_results["lamb"]),
-                      train_batch_size=8, use_xla=True)
+                      train_batch_size=8, use_xla=True, update_compilation="per_device")
     hlo = trainer._update.experimental_get_compiler_ir(
         train_batch, tf.constant(0, tf.int64))(stage="hlo")
     batch, seq = train_batch["input_ids"].shape
