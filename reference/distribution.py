@@ -11,17 +11,24 @@ distributed code paths are tested without accelerators).
 
 A strategy's replicas share one *global* batch: `--train_batch_size` and `--eval_batch_size` are
 totals across all replicas (and workers), as in the MLCommons reference.
+
+TensorFlow is imported where a strategy or device is set up, not with this module: the
+command line's options (`StrategyRequest`) are read before TensorFlow's import, which must come
+after --deterministic turned oneDNN off (`reference.repeatable`).
 """
 from __future__ import annotations
 
 import json
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import tensorflow as tf
 from absl import logging
 
 from benchmark.errors import UserError, one_line
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 
 class StrategyError(UserError, ValueError):
@@ -67,6 +74,7 @@ def logical_cpu_devices(count: int) -> list[str]:
 
     Must run before TensorFlow initialises its devices (before any op runs).
     """
+    import tensorflow as tf
     cpus = tf.config.list_physical_devices("CPU")
     try:
         tf.config.set_logical_device_configuration(
@@ -84,6 +92,7 @@ def on_cpu(request: StrategyRequest) -> bool:
 
 def make_strategy(request: StrategyRequest) -> tf.distribute.Strategy:
     """The strategy for `request` (see the module docstring); StrategyError if impossible."""
+    import tensorflow as tf
     if request.use_tpu:
         try:
             resolver = tf.distribute.cluster_resolver.TPUClusterResolver(

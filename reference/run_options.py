@@ -12,19 +12,17 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from absl import flags
 
 from benchmark import cadence, constants
 from benchmark.errors import UserError
 from cleanup_scripts.records.pretraining_instances import MAX_SEQ_LENGTH
+from reference.bert_config import BertConfig
+from reference.distribution import StrategyRequest
 from reference.optimizer_settings import OptimizerSettings
 from reference.run_flags import FLAG_TABLE, MAX_BATCH_SIZE, read_flags
-
-if TYPE_CHECKING:  # reference.distribution imports TensorFlow; imported where used
-    from reference.bert_config import BertConfig
-    from reference.distribution import StrategyRequest
 
 MAX_SEED = 2 ** 31 - 1  # a drawn seed is below this too
 MIN_LOG_EPSILON = -30  # LAMB's epsilon 1e-30 is still a normal float32
@@ -252,7 +250,6 @@ def _output(v: Mapping[str, Any]) -> OutputOptions:
 
 
 def _distribution(v: Mapping[str, Any]) -> DistributionOptions:
-    from reference.distribution import StrategyRequest  # imports TensorFlow
     return DistributionOptions(
         StrategyRequest(use_tpu=v["use_tpu"], tpu_name=v["tpu_name"], tpu_zone=v["tpu_zone"],
                         gcp_project=v["gcp_project"], num_tpu_cores=v["num_tpu_cores"],

@@ -286,6 +286,7 @@ def _run(command: str, cwd: Path, timeout: int) -> str:
 def test_the_quick_commands_run_as_written(checkout):
     smoke = _run(RUN[0], checkout, 600)
     assert "PASSED: 0 error(s)" in smoke and "success" in smoke
+    assert "imported with oneDNN on" not in smoke  # repeatable: oneDNN off before the import
     _run(RUN[1], checkout, 300)
     assert (checkout / "build" / "dataset" / "tfrecords" / "eval_10k").is_file()
     _run(RUN[2], checkout, 300)

@@ -6,6 +6,8 @@ the global FLAGS that other tools define.
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +22,7 @@ from reference.optimizer_settings import DEFAULT_OPTIMIZER
 from reference.preflight import preflight
 from reference.run_flags import define_flags, read_flags
 from reference.run_options import UsageError, options_from_flags
+from tests.conftest import REPO
 from tests.reference import synthetic_data
 
 
@@ -55,6 +58,29 @@ def test_valid_flags_become_run_options(data, tmp_path):
     assert inputs.noncompliant == ("the eval covers 40 records, not the benchmark's 10,000",)
     with pytest.raises(dataclasses.FrozenInstanceError):  # built once, never filled in later
         options.data.train_batch_size = 16
+
+
+# Reads the options of a demo run in a fresh interpreter and says whether TensorFlow came with them.
+READ_OPTIONS = """
+import sys
+from absl import flags
+from reference.run_flags import define_flags
+from reference.run_options import options_from_flags
+values = define_flags(flags.FlagValues())
+values(["run_pretraining", "--preset=demo", "--output_dir=" + sys.argv[1],
+        "--data_dir=" + sys.argv[2]])
+options = options_from_flags(values)
+print(options.compute.deterministic, "tensorflow" in sys.modules)
+"""
+
+
+def test_reading_the_options_imports_no_tensorflow(tmp_path):
+    """--deterministic turns oneDNN off before TensorFlow's import, which reads the switch
+    once: the options (the strategy request among them) must be read without importing it."""
+    result = subprocess.run([sys.executable, "-c", READ_OPTIONS, str(tmp_path / "out"),
+                             str(tmp_path)], cwd=REPO, capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.split() == ["True", "False"]
 
 
 @pytest.mark.parametrize("extra, message", [
