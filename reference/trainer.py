@@ -582,14 +582,14 @@ class Trainer:
                              beta_2_power, decisions):
         """The optimizer's update of each of `variables` (one device's copies) from its
         gradient and moments; `decisions`: the optimizer's decisions for each (weight decay,
-        layer adaptation), made on the model variables' names. Its ops are named
-        `optimizer_update/...`."""
-        with tf.name_scope("optimizer_update"):
-            for var, grad, m, v, decided in zip(variables, grads, m_slots, v_slots, decisions):
-                self._update_variable(var, grad, m, v, lr, beta_1_power, beta_2_power, decided)
+        layer adaptation), made on the model variables' names."""
+        for var, grad, m, v, decided in zip(variables, grads, m_slots, v_slots, decisions):
+            self._update_variable(var, grad, m, v, lr, beta_1_power, beta_2_power, decided)
 
     def _update_variable_fn(self, var, grad, m, v, lr, beta_1_power, beta_2_power, decisions):
-        """The optimizer's update of one variable (a device's copy) and its moments."""
+        """The optimizer's update of one variable (a device's copy) and its moments; its ops
+        are named `optimizer_update/...` (a compiled update per kind traces its own graph, so
+        the scope is set here, once for every form)."""
         with tf.name_scope("optimizer_update"):
             self.optimizer.update_variable(var, grad, m, v, lr, beta_1_power, beta_2_power,
                                            decisions=decisions)
