@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import bz2
+import json
 import os
 import random
 import re
@@ -42,14 +43,24 @@ def manifest(output_dir: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def first_run(tmp_path_factory) -> Path:
-    """`make preprocess` as a user runs it: the embedded sample, every default (built once per
-    test run: copy it before changing it)."""
+def first_run_console(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """`make preprocess` as a user runs it: the embedded sample, every default, stdout and
+    stderr pipes (not a terminal); its dataset folder and its process with what it printed
+    (built once per test run: copy the folder before changing it)."""
     def build(folder: Path) -> None:
         result = preprocess(folder / "dataset", "--nworker=2")
         assert summarised_stages(result.stderr) == STAGES
+        (folder / "console.json").write_text(json.dumps([result.stdout, result.stderr]))
 
-    return built_once(tmp_path_factory, "sample-dataset", build) / "dataset"
+    folder = built_once(tmp_path_factory, "sample-dataset", build)
+    stdout, stderr = json.loads((folder / "console.json").read_text())
+    return folder / "dataset", subprocess.CompletedProcess([], 0, stdout, stderr)
+
+
+@pytest.fixture(scope="session")
+def first_run(first_run_console) -> Path:
+    """The dataset folder of `first_run_console`."""
+    return first_run_console[0]
 
 
 def assert_same_dataset(output: Path, reference: Path) -> None:

@@ -21,6 +21,7 @@ import pytest
 import cleanup_scripts
 from cleanup_scripts.pipeline import runner
 from cleanup_scripts.text import extract
+from tests.cleanup_scripts.test_preprocess import first_run_console  # noqa: F401
 from tests.conftest import REPO, run_module
 
 STAGES = ("extract", "clean", "segment", "separate", "gather", "tfrecords", "eval_10k",
@@ -36,11 +37,10 @@ def article_titles(text_dir: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def piped_run(tmp_path_factory):
-    """`make preprocess` on the embedded slice, stdout and stderr pipes (not a terminal)."""
-    output = tmp_path_factory.mktemp("console") / "dataset"
-    result = run_module("cleanup_scripts.preprocess", f"--output_dir={output}", "--nworker=2")
-    return output, result
+def piped_run(first_run_console):
+    """`make preprocess` on the embedded slice, stdout and stderr pipes (not a terminal): the
+    run test_preprocess.py checks the dataset of."""
+    return first_run_console
 
 
 def test_nothing_per_article_or_file_reaches_the_console(piped_run):
