@@ -32,18 +32,15 @@ for _variable in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES"):
 _SHELL_LEVEL_VARIABLE = "TESTS_SHELL_TF_CPP_MIN_LOG_LEVEL"
 os.environ.setdefault(_SHELL_LEVEL_VARIABLE, os.environ.get("TF_CPP_MIN_LOG_LEVEL", ""))
 _SHELL_TF_LOG_LEVEL = os.environ[_SHELL_LEVEL_VARIABLE] or None
-# XLA as the suite compiles it, in this process and every process it starts: the tests check
-# what is compiled and what it computes, not how fast it runs, so XLA's CPU back end compiles
-# at its lowest optimisation level, and an executable compiled once in the run (same HLO, same
-# options) is read back from a cache folder the whole run shares instead of compiled again.
-# About half of an XLA test's time is compiling. The process that makes the folder (the
-# controller, which starts the xdist workers with its environment) removes it at the end.
+# XLA as the suite compiles it, in this process and every process it starts: an executable
+# compiled once in the run (same HLO, same options) is read back from a cache folder the whole
+# run shares instead of compiled again (about half of an XLA test's time is compiling). The
+# process that makes the folder (the controller, which starts the xdist workers with its
+# environment) removes it at the end.
 _XLA_CACHE_VARIABLE = "TESTS_XLA_CACHE"
 _MADE_XLA_CACHE = _XLA_CACHE_VARIABLE not in os.environ
 if _MADE_XLA_CACHE:
     os.environ[_XLA_CACHE_VARIABLE] = tempfile.mkdtemp(prefix="tests-xla-cache-")
-    os.environ["XLA_FLAGS"] = " ".join(filter(None, [
-        os.environ.get("XLA_FLAGS"), "--xla_backend_optimization_level=0"]))
     os.environ["TF_XLA_FLAGS"] = " ".join(filter(None, [
         os.environ.get("TF_XLA_FLAGS"),
         f"--tf_xla_persistent_cache_directory={os.environ[_XLA_CACHE_VARIABLE]}"]))
