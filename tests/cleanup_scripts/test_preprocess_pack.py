@@ -19,8 +19,8 @@ import pytest
 
 from cleanup_scripts.records.pretraining_features import (decode_example, read_records, record_layout,
                                                           tf_feature_spec)
-from tests.cleanup_scripts.test_preprocess import (first_run, manifest,  # noqa: F401
-                                                   preprocess, stage_file_counts,
+from tests.cleanup_scripts.test_preprocess import (first_run, first_run_console,  # noqa: F401
+                                                   manifest, preprocess, stage_file_counts,
                                                    summarised_stages)
 from tests.conftest import REPO, md5_of, run_module
 
