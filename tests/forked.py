@@ -14,6 +14,7 @@ interpreter's own start (the README's commands, `make`) use subprocess.
 """
 from __future__ import annotations
 
+import inspect
 import io
 import locale
 import multiprocessing
@@ -33,11 +34,24 @@ from absl import app
 
 PACKAGES = ("benchmark.", "cleanup_scripts.", "devtools.", "reference.")  # their modules fork
 # Imported by the server before it forks: what those modules import that is slow to import
-# (not the modules themselves: runpy would warn that they were imported before it ran them).
+# (not the modules themselves: runpy would warn that they were imported before it ran them),
+# then this module, whose import warms inspect's map of modules to files (see below).
 PRELOAD = ["benchmark", "tensorflow", "reference.run_loop", "reference.preflight",
-           "reference.placement", "reference.input_pipeline", "reference.checkpoint"]
+           "reference.placement", "reference.input_pipeline", "reference.checkpoint",
+           "reference.trainer", "pandas", "tqdm", "requests", "google.cloud.storage",
+           "mlperf_logging.rcp_checker.rcp_checker",
+           "mlperf_logging.compliance_checker.mlp_compliance", __name__]
+# Modules forked whatever TensorFlow's log level: the checker and the storage commands never
+# load TensorFlow, and start no worker processes (the data pipeline's commands, which fork
+# pools, take longer forked from the server's large address space than started anew).
+ANY_LOG_LEVEL = ("benchmark.", "cleanup_scripts.artifacts.")
 ONEDNN, LOG_LEVEL = "TF_ENABLE_ONEDNN_OPTS", "TF_CPP_MIN_LOG_LEVEL"
 _SERVER_ENVIRONMENT = {ONEDNN: "0", LOG_LEVEL: "2"}
+
+# mlperf_logging names the caller of each log line with inspect.getframeinfo, whose first call
+# in a process maps every loaded module to its file (0.3 s of a tiny run with TensorFlow
+# loaded); made at import, in the server it is made once for all the runs forked from it.
+inspect.getmodule(inspect.currentframe())
 
 _context = multiprocessing.get_context("forkserver")
 _context.set_forkserver_preload(PRELOAD)
@@ -45,15 +59,18 @@ _context.set_forkserver_preload(PRELOAD)
 
 def _forkable(command: list[str], env: dict | None) -> bool:
     """Whether `command` is `python -m MODULE ...` for a module of PACKAGES, run with oneDNN
-    off (its environment and flags leave --deterministic on) and TensorFlow's native log level
-    set to the server's (TensorFlow reads both once; a module that sets its own level when
-    the environment has none, as the packer does, is started as a new interpreter)."""
+    off (its environment and flags leave --deterministic on) and, unless it is one of
+    ANY_LOG_LEVEL, TensorFlow's native log level set to the server's (TensorFlow reads both
+    once; a module that sets its own level when the environment has none, as the packer does,
+    is started as a new interpreter)."""
     if len(command) < 3 or command[0] != sys.executable or command[1] != "-m" or \
             not command[2].startswith(PACKAGES):
         return False
     environment = env if env is not None else os.environ
-    if environment.get(ONEDNN, "0") != "0" or \
-            environment.get(LOG_LEVEL) != _SERVER_ENVIRONMENT[LOG_LEVEL]:
+    if environment.get(ONEDNN, "0") != "0":
+        return False
+    if environment.get(LOG_LEVEL) != _SERVER_ENVIRONMENT[LOG_LEVEL] and \
+            not command[2].startswith(ANY_LOG_LEVEL):
         return False
     return not any(arg in ("--nodeterministic", "--deterministic=false",
                            "--deterministic=False") for arg in command[3:])
