@@ -34,7 +34,6 @@ from benchmark.files import (DiskFullError, InputError, ensure_dir, exclusive_lo
 from cleanup_scripts import (SAMPLE_DUMP, VOCAB_FILE, create_pretraining_data as pretraining,
                              pick_eval_samples, process_wiki)
 from cleanup_scripts.artifacts import checksums
-from cleanup_scripts.artifacts.transfer import fetch
 from cleanup_scripts.do_gather import GatherSource
 from cleanup_scripts.pack_pretraining_data import (MAX_SEQUENCES_PER_PACK, PackOptions,
                                                    pack_files)
@@ -118,9 +117,12 @@ def fetch_dump(layout: DatasetLayout, options: Options) -> Path:
                      if Path(artifact.path).name == name), None)
     path = local_dump(options.dump)
     if path is None:
+        # Imported here: requests and its kin are a fifth of this program's start-up, and only
+        # a dump given as a URL needs them.
+        from cleanup_scripts.artifacts import transfer  # pylint: disable=import-outside-toplevel
         path = layout.download_dir / name
-        fetch(options.dump, path, expected_md5=official.md5 if official else None,
-              expected_size=official.size if official else None)
+        transfer.fetch(options.dump, path, expected_md5=official.md5 if official else None,
+                       expected_size=official.size if official else None)
         return path
     check_local_dump(path)
     if official is not None and not files.verify_file(path, official.md5):
