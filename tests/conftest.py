@@ -14,6 +14,7 @@ from typing import Callable
 import pytest
 
 import benchmark  # noqa: F401  (TensorFlow's Keras 2, before a test imports TensorFlow)
+from tests import forked
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -68,11 +69,11 @@ def pytest_runtest_setup(item):
 
 def run_module(module: str, *args: str, cwd: str | os.PathLike | None = None,
                check: bool = True) -> subprocess.CompletedProcess:
-    """Run `python -m module args...` in a subprocess; return it (stdout/stderr captured)."""
+    """Run `python -m module args...` as a process of its own (forked with its imports made,
+    tests/forked.py says when); return it (stdout/stderr captured)."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
     _shell_log_level(env)  # whatever an import in the test set since its set-up
-    result = subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env,
-                            capture_output=True, text=True)
+    result = forked.run([sys.executable, "-m", module, *args], env=env, cwd=cwd)
     if check and result.returncode != 0:
         raise AssertionError(f"{module} failed ({result.returncode}):\n{result.stderr}")
     return result

@@ -38,7 +38,13 @@ PACKAGES = ("benchmark.", "cleanup_scripts.", "devtools.", "reference.")  # thei
 # then this module, whose import warms inspect's map of modules to files (see below).
 PRELOAD = ["benchmark", "tensorflow", "reference.run_loop", "reference.preflight",
            "reference.placement", "reference.input_pipeline", "reference.checkpoint",
-           "reference.trainer", __name__]
+           "reference.trainer", "pandas", "tqdm", "requests", "google.cloud.storage",
+           "mlperf_logging.rcp_checker.rcp_checker",
+           "mlperf_logging.compliance_checker.mlp_compliance", __name__]
+# Modules forked whatever TensorFlow's log level: the checker and the storage commands never
+# load TensorFlow, and start no worker processes (the data pipeline's commands, which fork
+# pools, take longer forked from the server's large address space than started anew).
+ANY_LOG_LEVEL = ("benchmark.", "cleanup_scripts.artifacts.")
 ONEDNN, LOG_LEVEL = "TF_ENABLE_ONEDNN_OPTS", "TF_CPP_MIN_LOG_LEVEL"
 _SERVER_ENVIRONMENT = {ONEDNN: "0", LOG_LEVEL: "2"}
 
@@ -53,15 +59,18 @@ _context.set_forkserver_preload(PRELOAD)
 
 def _forkable(command: list[str], env: dict | None) -> bool:
     """Whether `command` is `python -m MODULE ...` for a module of PACKAGES, run with oneDNN
-    off (its environment and flags leave --deterministic on) and TensorFlow's native log level
-    set to the server's (TensorFlow reads both once; a module that sets its own level when
-    the environment has none, as the packer does, is started as a new interpreter)."""
+    off (its environment and flags leave --deterministic on) and, unless it is one of
+    ANY_LOG_LEVEL, TensorFlow's native log level set to the server's (TensorFlow reads both
+    once; a module that sets its own level when the environment has none, as the packer does,
+    is started as a new interpreter)."""
     if len(command) < 3 or command[0] != sys.executable or command[1] != "-m" or \
             not command[2].startswith(PACKAGES):
         return False
     environment = env if env is not None else os.environ
-    if environment.get(ONEDNN, "0") != "0" or \
-            environment.get(LOG_LEVEL) != _SERVER_ENVIRONMENT[LOG_LEVEL]:
+    if environment.get(ONEDNN, "0") != "0":
+        return False
+    if environment.get(LOG_LEVEL) != _SERVER_ENVIRONMENT[LOG_LEVEL] and \
+            not command[2].startswith(ANY_LOG_LEVEL):
         return False
     return not any(arg in ("--nodeterministic", "--deterministic=false",
                            "--deterministic=False") for arg in command[3:])
