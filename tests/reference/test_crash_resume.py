@@ -593,7 +593,17 @@ class CtrlCMidSave(tf.train.CheckpointManager):
         return super().save(checkpoint_number, check_interval, options)
 
 
-def test_ctrl_c_while_a_checkpoint_is_saved_waits_for_the_save_to_end(tmp_path):
+@pytest.fixture
+def python_sigint():
+    """SIGINT raising KeyboardInterrupt in this process while the test runs, as in a program
+    started from a terminal: a test process started in the background of a non-interactive
+    shell inherits SIGINT ignored (Python then keeps it ignored, and `interrupts` leaves it)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_while_a_checkpoint_is_saved_waits_for_the_save_to_end(tmp_path, python_sigint):
     from reference.run_outputs import save_checkpoint
     variable = tf.Variable([1.0, 2.0])
     manager = CtrlCMidSave(tf.train.Checkpoint(v=variable), str(tmp_path), max_to_keep=None,
@@ -609,7 +619,8 @@ def test_ctrl_c_while_a_checkpoint_is_saved_waits_for_the_save_to_end(tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the drop
-def test_a_ctrl_c_that_python_drops_in_a_gc_callback_is_raised_at_the_next_host_call():
+def test_a_ctrl_c_that_python_drops_in_a_gc_callback_is_raised_at_the_next_host_call(
+        python_sigint):
     # Python drops a KeyboardInterrupt raised inside a garbage-collector callback (JAX, which
     # TensorFlow imports, installs one): a run once trained on to its end after a Ctrl-C.
     from reference import interrupts
