@@ -74,12 +74,12 @@ def _gelu_terms(x: tf.Tensor) -> tf.Tensor:
     return x * (0.5 * (1.0 + tf.tanh(inner)))
 
 
-@tf.function(jit_compile=True)
+@tf.function(jit_compile=True, autograph=False)  # straight-line code: nothing to convert
 def _fused_gelu(x: tf.Tensor) -> tf.Tensor:
     return _gelu_terms(x)
 
 
-@tf.function(jit_compile=True)
+@tf.function(jit_compile=True, autograph=False)  # straight-line code: nothing to convert
 def _fused_gelu_gradient(x: tf.Tensor, upstream: tf.Tensor) -> tf.Tensor:
     with tf.GradientTape() as tape:
         tape.watch(x)
