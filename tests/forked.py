@@ -9,8 +9,11 @@ command's (SystemExit's code or string, -N when killed by signal N). What differ
 interpreter is not started again, atexit hooks do not run, and TensorFlow was imported with
 the server's environment (oneDNN off, as --deterministic, the default, asks;
 TF_CPP_MIN_LOG_LEVEL=2); a command run otherwise (--nodeterministic, TF_ENABLE_ONEDNN_OPTS
-other than 0, another log level) is started as a new interpreter. Tests about the
-interpreter's own start (the README's commands, `make`) use subprocess.
+other than 0, another log level for a command that may load TensorFlow) is started as a new
+interpreter, and so are the data pipeline's commands run at another log level (they fork
+worker pools, which costs more from the server's large address space than the imports
+save). Tests about the interpreter's own start (the README's commands, `make`) use
+subprocess.
 """
 from __future__ import annotations
 
@@ -34,8 +37,10 @@ from absl import app
 
 PACKAGES = ("benchmark.", "cleanup_scripts.", "devtools.", "reference.")  # their modules fork
 # Imported by the server before it forks: what those modules import that is slow to import
-# (not the modules themselves: runpy would warn that they were imported before it ran them),
-# then this module, whose import warms inspect's map of modules to files (see below).
+# (the trainer's TensorFlow and tf-models-official, the checker's scipy and pandas, the storage
+# commands' clients; not the modules run themselves: runpy would warn that they were imported
+# before it ran them), then this module, whose import warms inspect's map of modules to files
+# (see below).
 PRELOAD = ["benchmark", "tensorflow", "reference.run_loop", "reference.preflight",
            "reference.placement", "reference.input_pipeline", "reference.checkpoint",
            "reference.trainer", "pandas", "tqdm", "requests", "google.cloud.storage",
