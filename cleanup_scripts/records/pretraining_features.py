@@ -25,10 +25,10 @@ a decoded record), and `packed_row_problem` checks a packed row's structure.
 
 `feature_spec` / `packed_feature_spec` are the one description of the two layouts;
 `tf_feature_spec` turns one into the `tf.io.FixedLenFeature` dict a TensorFlow input pipeline
-parses with. The writers and readers
-here encode and decode the same protos (features in the order above, packed values) and the
-TFRecord framing (length, masked CRC-32C of the length, data, masked CRC-32C of the data), so the
-data tools need neither TensorFlow nor its start-up time.
+parses with. The writers here encode the same protos (features in the order above, packed
+values) with numpy, the readers decode them with the protobuf library (`decode_example`), and
+both handle the TFRecord framing (length, masked CRC-32C of the length, data, masked CRC-32C of
+the data), so the data tools need neither TensorFlow nor its start-up time.
 
 This module is the one home of the TFRecord contract for every layer: `framed_records` (the
 framing reader over any binary handle, `FramingError` naming the record and the problem),
@@ -46,6 +46,8 @@ from typing import BinaryIO, Iterator, Mapping, Sequence
 
 import google_crc32c
 import numpy as np
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import message as protobuf_message
 
 from benchmark.errors import one_line
 from benchmark.files import InputError
@@ -452,104 +454,79 @@ class DecodeError(ValueError):
     """Bytes that are not a well-formed `tf.train.Example`."""
 
 
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise DecodeError("truncated or overlong varint")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
+def _example_class() -> type:
+    """The message class of `tf.train.Example` (tensorflow/core/example/example.proto and
+    feature.proto, the fields the records use), built in a pool of its own with the protobuf
+    library, so that decoding needs neither TensorFlow nor a generated module."""
+    field = descriptor_pb2.FieldDescriptorProto
+    file = descriptor_pb2.FileDescriptorProto(name="pretraining_features/example.proto",
+                                              package="tensorflow", syntax="proto3")
+
+    def message(name: str, *fields: tuple[str, int, int, int, str]):
+        proto = file.message_type.add(name=name)
+        for field_name, number, kind, label, type_name in fields:
+            added = proto.field.add(name=field_name, number=number, type=kind, label=label)
+            if type_name:  # a message field's type
+                added.type_name = type_name
+        return proto
+
+    repeated, optional = field.LABEL_REPEATED, field.LABEL_OPTIONAL
+    for name, kind in (("BytesList", field.TYPE_BYTES), ("FloatList", field.TYPE_FLOAT),
+                       ("Int64List", field.TYPE_INT64)):
+        message(name, ("value", 1, kind, repeated, ""))
+    feature = message("Feature", *((name, number, field.TYPE_MESSAGE, optional,
+                                    f".tensorflow.{kind}")
+                                   for number, (name, kind) in enumerate(_FEATURE_LISTS, 1)))
+    feature.oneof_decl.add(name="kind")
+    for item in feature.field:
+        item.oneof_index = 0
+    features = message("Features", ("feature", 1, field.TYPE_MESSAGE, repeated,
+                                    ".tensorflow.Features.FeatureEntry"))
+    entry = features.nested_type.add(name="FeatureEntry")  # map<string, Feature>
+    entry.options.map_entry = True
+    entry.field.add(name="key", number=1, type=field.TYPE_STRING, label=optional)
+    entry.field.add(name="value", number=2, type=field.TYPE_MESSAGE, label=optional,
+                    type_name=".tensorflow.Feature")
+    message("Example", ("features", 1, field.TYPE_MESSAGE, optional, ".tensorflow.Features"))
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("tensorflow.Example"))
 
 
-def _fields(data: bytes) -> Iterator[tuple[int, int, object]]:
-    """(field number, wire type, value) of each field of a message; LEN values as bytes."""
-    pos, end = 0, len(data)
-    while pos < end:
-        key, pos = _read_varint(data, pos)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = _read_varint(data, pos)
-        elif wire == 1:
-            value, pos = data[pos:pos + 8], pos + 8
-        elif wire == 2:
-            size, pos = _read_varint(data, pos)
-            value, pos = data[pos:pos + size], pos + size
-        elif wire == 5:
-            value, pos = data[pos:pos + 4], pos + 4
-        else:
-            raise DecodeError(f"unsupported wire type {wire}")
-        if pos > end:
-            raise DecodeError("field runs past the end of its message")
-        yield number, wire, value
+# Feature's oneof `kind`, in field-number order: (field, the kind decode_example names).
+_FEATURE_LISTS = (("bytes_list", "BytesList"), ("float_list", "FloatList"),
+                  ("int64_list", "Int64List"))
+_KINDS = {"bytes_list": "bytes", "float_list": "float32", "int64_list": "int64"}
+_EXAMPLE = _example_class()
 
 
-def unpack_varints(data: bytes) -> np.ndarray:
-    """The int64 values of a packed varint list."""
-    raw = np.frombuffer(data, dtype=np.uint8)
-    if raw.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    ends = np.flatnonzero(raw < 0x80)
-    if ends.size == 0 or ends[-1] != raw.size - 1:
-        raise DecodeError("truncated packed varints")
-    starts = np.concatenate(([0], ends[:-1] + 1))
-    lengths = ends - starts + 1
-    if lengths.max() > 10:
-        raise DecodeError("overlong varint")
-    offsets = np.arange(raw.size) - np.repeat(starts, lengths)
-    parts = (raw & 0x7F).astype(np.uint64) << (7 * offsets).astype(np.uint64)
-    return np.bitwise_or.reduceat(parts, starts).view(np.int64)
-
-
-def _decode_feature(data: bytes) -> tuple[str, object]:
-    """("int64", array) / ("float32", array) / ("bytes", list) / ("none", None) of a Feature."""
-    kind, chunks = "none", []
-    for number, _, value in _fields(data):
-        if number not in (1, 2, 3):
-            continue
-        new_kind = {1: "bytes", 2: "float32", 3: "int64"}[number]
-        if new_kind != kind:
-            kind, chunks = new_kind, []
-        for field, wire, item in _fields(value):
-            if field != 1:
-                continue
-            if kind == "bytes":
-                chunks.append(item)
-            elif kind == "int64":
-                chunks.append(unpack_varints(item) if wire == 2
-                              else np.array([item], dtype=np.uint64).view(np.int64))
-            elif wire in (2, 5):
-                chunks.append(np.frombuffer(item, dtype="<f4"))
-    if kind == "bytes":
-        return kind, chunks
-    if kind == "none":
-        return kind, None
-    dtype = np.int64 if kind == "int64" else np.float32
-    return kind, (np.concatenate(chunks).astype(dtype) if chunks else np.zeros(0, dtype))
+def _reason(err: protobuf_message.DecodeError) -> str:
+    """The protobuf library's reason for a parse failure, without its "Error parsing message
+    with type ...: " lead: "wire format was corrupt", "string field had bad UTF-8"."""
+    reason = str(err).rpartition("': ")[2] or str(err)
+    return reason[:1].lower() + reason[1:]
 
 
 def decode_example(data: bytes) -> dict[str, tuple[str, object]]:
-    """{feature name: (kind, values)} of a serialized `tf.train.Example` (see _decode_feature)."""
-    features: dict[str, tuple[str, object]] = {}
+    """{feature name: (kind, values)} of a serialized `tf.train.Example`: kind "int64" (an
+    int64 array), "float32" (a float32 array), "bytes" (a list of bytes) or "none" (a feature
+    with no list set, values None). DecodeError for bytes that do not parse as an Example (a
+    name that is no UTF-8 too)."""
+    example = _EXAMPLE()
     try:
-        for number, _, value in _fields(data):
-            if number != 1:
-                continue
-            for entry_number, _, entry in _fields(value):
-                if entry_number != 1:
-                    continue
-                key, feature = b"", b""
-                for field, _, item in _fields(entry):
-                    if field == 1:
-                        key = item
-                    elif field == 2:
-                        feature = item
-                features[key.decode("utf-8")] = _decode_feature(feature)
-    except (IndexError, UnicodeDecodeError) as err:
-        raise DecodeError(str(err)) from err
+        example.ParseFromString(data)
+    except protobuf_message.DecodeError as err:
+        raise DecodeError(_reason(err)) from err
+    features: dict[str, tuple[str, object]] = {}
+    for name, feature in example.features.feature.items():
+        which = feature.WhichOneof("kind")
+        if which is None:
+            features[name] = ("none", None)
+        elif which == "bytes_list":
+            features[name] = ("bytes", list(feature.bytes_list.value))
+        else:
+            kind = _KINDS[which]
+            features[name] = (kind, np.array(getattr(feature, which).value, dtype=kind))
     return features
 
 

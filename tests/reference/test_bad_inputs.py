@@ -33,7 +33,7 @@ from tests.reference.test_run_options import parse
 from tests.reference.test_run_pretraining import as_flags, read_mllog, run_trainer
 
 BAD_INDEX = 150  # the damaged record of a 256-record file: well past the first one
-RANDOM_PROBLEM = "not a tf.train.Example (unsupported wire type 7)"  # RANDOM_RECORD's
+RANDOM_PROBLEM = "not a tf.train.Example (wire format was corrupt)"  # RANDOM_RECORD's
 SEQ, PRED = synthetic_data.SEQ_LENGTH, synthetic_data.MAX_PREDICTIONS
 LAYOUT = RecordLayout.unpacked(SEQ, PRED)
 
