@@ -173,7 +173,7 @@ def test_the_readme_two_host_example_trains_as_two_workers_on_localhost(data, tm
         assert f"MultiWorkerMirroredStrategy: task worker/{index}, 2 replicas in sync" in stderr
     log = read_mllog(out / "mlperf.log")  # the chief's
     assert [m["status"] for m in metadata(log, "run_stop")] == ["success"]
-    assert values(log, "global_batch_size") == [32]  # the preset's, split over both workers
+    assert values(log, "global_batch_size") == [16]  # the preset's, split over both workers
     check = subprocess.run(["make", "--no-print-directory", "check", f"LOG={out}/mlperf.log"],
                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert check.returncode == 0 and check.stdout.splitlines()[-1].startswith("PASSED")
