@@ -471,12 +471,12 @@ def _example_class() -> type:
         return proto
 
     repeated, optional = field.LABEL_REPEATED, field.LABEL_OPTIONAL
-    for name, kind in (("BytesList", field.TYPE_BYTES), ("FloatList", field.TYPE_FLOAT),
-                       ("Int64List", field.TYPE_INT64)):
-        message(name, ("value", 1, kind, repeated, ""))
+    for _, list_name, value_type, _ in _FEATURE_LISTS:
+        message(list_name, ("value", 1, value_type, repeated, ""))
     feature = message("Feature", *((name, number, field.TYPE_MESSAGE, optional,
-                                    f".tensorflow.{kind}")
-                                   for number, (name, kind) in enumerate(_FEATURE_LISTS, 1)))
+                                    f".tensorflow.{list_name}")
+                                   for number, (name, list_name, _, _) in
+                                   enumerate(_FEATURE_LISTS, 1)))
     feature.oneof_decl.add(name="kind")
     for item in feature.field:
         item.oneof_index = 0
@@ -493,10 +493,13 @@ def _example_class() -> type:
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("tensorflow.Example"))
 
 
-# Feature's oneof `kind`, in field-number order: (field, the kind decode_example names).
-_FEATURE_LISTS = (("bytes_list", "BytesList"), ("float_list", "FloatList"),
-                  ("int64_list", "Int64List"))
-_KINDS = {"bytes_list": "bytes", "float_list": "float32", "int64_list": "int64"}
+# Feature's oneof `kind`, in field-number order: (field, its message, the message's value
+# type, the kind decode_example names).
+_FEATURE_LISTS = (
+    ("bytes_list", "BytesList", descriptor_pb2.FieldDescriptorProto.TYPE_BYTES, "bytes"),
+    ("float_list", "FloatList", descriptor_pb2.FieldDescriptorProto.TYPE_FLOAT, "float32"),
+    ("int64_list", "Int64List", descriptor_pb2.FieldDescriptorProto.TYPE_INT64, "int64"))
+_KINDS = {name: kind for name, _, _, kind in _FEATURE_LISTS}
 _EXAMPLE = _example_class()
 
 
