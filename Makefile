@@ -101,10 +101,12 @@ install:
 	$(PY) -m pip check
 
 test:
-	$(PY) -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadfile --durations=20 $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+		--durations=20 $(PYTEST_ARGS)
 
 test-all:
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=20 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20 \
+		$(PYTEST_ARGS)
 
 # The flags of preprocess and train, built in variables so that make echoes one command line.
 PREPROCESS_FLAGS = --output_dir=$(call q,$(OUT)) --nworker=$(call q,$(NWORKER)) \

@@ -61,6 +61,30 @@ def _shell_log_level(environment) -> None:
         environment["TF_CPP_MIN_LOG_LEVEL"] = _SHELL_TF_LOG_LEVEL
 
 
+# The files that take longest, longest first (the README's commands lead: the slow suite runs
+# its 15-minute demo there). pytest-xdist hands each worker a whole file and the next one when
+# it is nearly done; started last, one of these would leave the other worker idle for its
+# length. `make test` passes --no-loadscope-reorder so the order given here is the order
+# handed out (xdist would otherwise start the files with the most tests first); its
+# --durations list shows when this list needs updating.
+LONGEST_FILES = ("test_readme.py", "reference/test_trainer.py",
+                 "cleanup_scripts/test_preprocess.py", "reference/test_packed_training.py",
+                 "cleanup_scripts/test_preprocess_pack.py", "reference/test_crash_resume.py",
+                 "reference/test_distributed_training.py", "devtools/test_bench_train.py",
+                 "reference/test_run_pretraining.py", "cleanup_scripts/test_extract.py")
+
+
+def pytest_collection_modifyitems(items):
+    """Run LONGEST_FILES' tests first, in that order, the other files after them in the order
+    collected (a stable sort: each file's own order is kept)."""
+    tests = REPO / "tests"
+    rank = {tests / name: index for index, name in enumerate(LONGEST_FILES)}
+    missing = [name for name in LONGEST_FILES if not (tests / name).is_file()]
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py: LONGEST_FILES names no file: {missing}")
+    items.sort(key=lambda item: rank.get(item.path, len(rank)))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     """Put TF_CPP_MIN_LOG_LEVEL back to the shell's value before `item`'s fixtures are set up."""
