@@ -10,6 +10,7 @@ import re
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -48,20 +49,28 @@ def _cli(args: list[str], tmp: Path, timeout: float = 60, env: dict | None = Non
         if file_size is not None:
             resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
     full_env = {**os.environ, "TMPDIR": str(scratch), "PYTHONPATH": str(ROOT), **(env or {})}
-    start = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "benchmark.check", *args], cwd=ROOT,
-                            env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            preexec_fn=limits)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        pytest.fail(f"the check did not finish in {timeout} s")
-    seconds = time.monotonic() - start
-    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # peak of any child
-    return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), \
-        {"seconds": seconds, "rss": rss}
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.monotonic()
+        proc = subprocess.Popen([sys.executable, "-m", "benchmark.check", *args], cwd=ROOT,
+                                env=full_env, stdout=out, stderr=err, preexec_fn=limits)
+        # Reaped with wait4, whose usage is this child's own (RUSAGE_CHILDREN would give the
+        # largest child this test process ever reaped, a trainer run of an earlier test).
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() - start > timeout:
+                proc.kill()
+                os.wait4(proc.pid, 0)
+                pytest.fail(f"the check did not finish in {timeout} s")
+            time.sleep(0.02)
+        seconds = time.monotonic() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return proc.returncode, out.read().decode("utf-8", "replace"), \
+            err.read().decode("utf-8", "replace"), \
+            {"seconds": seconds, "rss": usage.ru_maxrss * 1024}
 
 
 def _one_verdict(out: str, err: str) -> str:
