@@ -50,9 +50,11 @@ SUBMISSION ?=
 CHECK_ARGS ?=
 
 # make test / test-all: pytest processes (pytest-xdist; each test file runs whole in one of
-# them, so its fixtures are built once). TEST_WORKERS=0 runs the suite in this process. Both
-# end with the 20 slowest tests (pytest --durations), so a regression in time shows.
-TEST_WORKERS ?= 2
+# them, so its fixtures are built once). Three on the two cores the suite is sized for: while
+# one waits (on a command it started, a child, a file), the others keep both cores busy.
+# TEST_WORKERS=0 runs the suite in this process. Both end with the 20 slowest tests (pytest
+# --durations), so a regression in time shows.
+TEST_WORKERS ?= 3
 PYTEST_ARGS  ?=
 
 # $(call q,VALUE): VALUE as one shell word, single-quoted (a ' in it becomes '\''), so that

@@ -63,7 +63,7 @@ def _shell_log_level(environment) -> None:
 
 # The files that take longest, longest first (the README's commands lead: the slow suite runs
 # its 15-minute demo there). pytest-xdist hands each worker a whole file and the next one when
-# it is nearly done; started last, one of these would leave the other worker idle for its
+# it is nearly done; started last, one of these would leave the other workers idle for its
 # length. `make test` passes --no-loadscope-reorder so the order given here is the order
 # handed out (xdist would otherwise start the files with the most tests first); its
 # --durations list shows when this list needs updating.
