@@ -8,9 +8,9 @@ import json
 import os
 import re
 import resource
+import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -36,6 +36,13 @@ def _system_json(org: Path) -> Path:
     return org / "systems" / f"{SYSTEM}.json"
 
 
+# Runs argv[2:], then writes "<exit status> <its peak RSS in KiB>" to argv[1].
+_MEASURED = ("import resource, subprocess, sys\n"
+             "status = subprocess.call(sys.argv[2:])\n"
+             "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+             "open(sys.argv[1], 'w', encoding='utf-8').write(f'{status} {peak}')\n")
+
+
 def _cli(args: list[str], tmp: Path, timeout: float = 60, env: dict | None = None,
          memory: int = 3 * GiB, file_size: int | None = None) -> tuple[int, str, str, dict]:
     """Run `python -m benchmark.check ARGS` with its own TMPDIR (tmp/scratch), at most
@@ -49,28 +56,26 @@ def _cli(args: list[str], tmp: Path, timeout: float = 60, env: dict | None = Non
         if file_size is not None:
             resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
     full_env = {**os.environ, "TMPDIR": str(scratch), "PYTHONPATH": str(ROOT), **(env or {})}
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        start = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-m", "benchmark.check", *args], cwd=ROOT,
-                                env=full_env, stdout=out, stderr=err, preexec_fn=limits)
-        # Reaped with wait4, whose usage is this child's own (RUSAGE_CHILDREN would give the
-        # largest child this test process ever reaped, a trainer run of an earlier test).
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() - start > timeout:
-                proc.kill()
-                os.wait4(proc.pid, 0)
-                pytest.fail(f"the check did not finish in {timeout} s")
-            time.sleep(0.02)
-        seconds = time.monotonic() - start
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        return proc.returncode, out.read().decode("utf-8", "replace"), \
-            err.read().decode("utf-8", "replace"), \
-            {"seconds": seconds, "rss": usage.ru_maxrss * 1024}
+    usage = tmp / "check-usage.txt"
+    start = time.monotonic()
+    # Started from a small interpreter that reports its child's peak RSS: a child forked from
+    # this test process would count this process's own RSS at the fork (Linux keeps the
+    # high-water mark across exec), and RUSAGE_CHILDREN here counts every child ever reaped.
+    proc = subprocess.Popen([sys.executable, "-c", _MEASURED, str(usage), sys.executable, "-m",
+                             "benchmark.check", *args], cwd=ROOT, env=full_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=limits,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"the check did not finish in {timeout} s")
+    seconds = time.monotonic() - start
+    status, peak_kib = map(int, usage.read_text().split())
+    usage.unlink()
+    return status, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), \
+        {"seconds": seconds, "rss": peak_kib * 1024}
 
 
 def _one_verdict(out: str, err: str) -> str:
