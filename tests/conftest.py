@@ -103,6 +103,31 @@ def run_module(module: str, *args: str, cwd: str | os.PathLike | None = None,
     return result
 
 
+# Runs argv[2:], then writes "<its exit status> <its peak RSS in KiB>" to the file argv[1].
+_PEAK_RSS_REPORTER = ("import resource, subprocess, sys\n"
+                      "status = subprocess.call(sys.argv[2:])\n"
+                      "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+                      "with open(sys.argv[1], 'w', encoding='utf-8') as report:\n"
+                      "    report.write(f'{status} {peak}')\n")
+
+
+def reporting_peak_rss(command: list[str], report: Path) -> list[str]:
+    """`command` started by a small interpreter that writes the command's exit status and peak
+    RSS to the file `report` (read them with `read_peak_rss`). Measured there, the peak is the
+    command's own: a process forked from a test process carries the test process's RSS at the
+    fork into its high-water mark (Linux keeps it across exec), and RUSAGE_CHILDREN read in a
+    test process is the largest child that process ever reaped."""
+    return [sys.executable, "-c", _PEAK_RSS_REPORTER, str(report), *command]
+
+
+def read_peak_rss(report: Path) -> tuple[int, int]:
+    """(exit status, peak RSS in bytes) that `reporting_peak_rss`'s command wrote to `report`,
+    which is then removed."""
+    status, peak_kib = map(int, report.read_text(encoding="utf-8").split())
+    report.unlink()
+    return status, peak_kib * 1024
+
+
 def md5_of(path: str | os.PathLike) -> str:
     """Hex md5 of a file's bytes."""
     return hashlib.md5(Path(path).read_bytes()).hexdigest()

@@ -21,6 +21,7 @@ from benchmark.log_check import check_log
 from benchmark.submission import check_submission
 from tests.benchmark import gallery
 from tests.benchmark.helpers import SYSTEM, build_submission
+from tests.conftest import read_peak_rss, reporting_peak_rss
 
 ROOT = Path(__file__).resolve().parents[2]
 VERDICT = re.compile(r"^(PASSED|FAILED): \d+ error\(s\), \d+ warning\(s\)")
@@ -36,13 +37,6 @@ def _system_json(org: Path) -> Path:
     return org / "systems" / f"{SYSTEM}.json"
 
 
-# Runs argv[2:], then writes "<exit status> <its peak RSS in KiB>" to argv[1].
-_MEASURED = ("import resource, subprocess, sys\n"
-             "status = subprocess.call(sys.argv[2:])\n"
-             "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
-             "open(sys.argv[1], 'w', encoding='utf-8').write(f'{status} {peak}')\n")
-
-
 def _cli(args: list[str], tmp: Path, timeout: float = 60, env: dict | None = None,
          memory: int = 3 * GiB, file_size: int | None = None) -> tuple[int, str, str, dict]:
     """Run `python -m benchmark.check ARGS` with its own TMPDIR (tmp/scratch), at most
@@ -56,15 +50,12 @@ def _cli(args: list[str], tmp: Path, timeout: float = 60, env: dict | None = Non
         if file_size is not None:
             resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
     full_env = {**os.environ, "TMPDIR": str(scratch), "PYTHONPATH": str(ROOT), **(env or {})}
-    usage = tmp / "check-usage.txt"
+    report = tmp / "check-peak-rss.txt"
     start = time.monotonic()
-    # Started from a small interpreter that reports its child's peak RSS: a child forked from
-    # this test process would count this process's own RSS at the fork (Linux keeps the
-    # high-water mark across exec), and RUSAGE_CHILDREN here counts every child ever reaped.
-    proc = subprocess.Popen([sys.executable, "-c", _MEASURED, str(usage), sys.executable, "-m",
-                             "benchmark.check", *args], cwd=ROOT, env=full_env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=limits,
-                            start_new_session=True)
+    proc = subprocess.Popen(reporting_peak_rss([sys.executable, "-m", "benchmark.check", *args],
+                                               report),
+                            cwd=ROOT, env=full_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, preexec_fn=limits, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -72,10 +63,9 @@ def _cli(args: list[str], tmp: Path, timeout: float = 60, env: dict | None = Non
         proc.communicate()
         pytest.fail(f"the check did not finish in {timeout} s")
     seconds = time.monotonic() - start
-    status, peak_kib = map(int, usage.read_text().split())
-    usage.unlink()
+    status, peak = read_peak_rss(report)
     return status, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), \
-        {"seconds": seconds, "rss": peak_kib * 1024}
+        {"seconds": seconds, "rss": peak}
 
 
 def _one_verdict(out: str, err: str) -> str:

@@ -18,6 +18,7 @@ from benchmark.files import InputError
 import cleanup_scripts
 from cleanup_scripts.text import dump_chunks, extract, wikiextractor_275
 from tests.cleanup_scripts import dump_cases
+from tests.conftest import read_peak_rss, reporting_peak_rss
 
 REPO = Path(__file__).resolve().parents[2]
 MAGIC_WORDS_DUMP = REPO / "tests" / "fixtures" / "wiki-dump" / "magic-words.xml.bz2"
@@ -360,26 +361,25 @@ def dump_with_a_huge_page(path: Path, megabytes: int) -> None:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("suffix", [".xml.bz2", ".xml.gz"])
-def test_a_page_larger_than_any_real_one_is_refused_in_bounded_memory(tmp_path, suffix):
+def test_a_page_larger_than_any_real_one_is_refused_in_bounded_memory(tmp_path,
+                                                                     tmp_path_factory, suffix):
     # Decompressing each chunk whole, a 200 MB page takes 2.2 GB and 75 s (bz2).
     dump = tmp_path / f"huge{suffix}"
     dump_with_a_huge_page(dump, HUGE_PAGE_MB)
-    measure = ("import resource, subprocess, sys\n"
-               "result = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
-               "sys.stderr.write(result.stderr)\n"
-               "print(result.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    report = tmp_path_factory.mktemp("peak-rss") / "report"
     result = subprocess.run(
-        [sys.executable, "-c", measure, sys.executable, "-m", "cleanup_scripts.text.extract",
-         f"--input={dump}", f"--output_dir={tmp_path / 'text'}", "--processes=2"],
+        reporting_peak_rss([sys.executable, "-m", "cleanup_scripts.text.extract",
+                            f"--input={dump}", f"--output_dir={tmp_path / 'text'}",
+                            "--processes=2"], report),
         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
-    status, peak_kib = map(int, result.stdout.split())
+    status, peak = read_peak_rss(report)
     assert status == 1
     where = f"{dump}: bytes 0-{dump.stat().st_size}" if suffix == ".xml.bz2" else str(dump)
     assert result.stderr == (f"error: {where}: page 'Huge page' holds more than "
                              f"{dump_chunks.MAX_PAGE_CHARS:,} characters, more than any real "
                              f"page (MediaWiki keeps at most 2 MiB of wikitext a page); "
                              f"refused\n")
-    assert peak_kib < 160 << 10, f"peak RSS {peak_kib >> 10} MiB"  # measured: about 40 MiB
+    assert peak < 160 << 20, f"peak RSS {peak >> 20} MiB"  # measured: about 40 MiB
     assert sorted(path.name for path in tmp_path.iterdir()) == [dump.name]
 
 
