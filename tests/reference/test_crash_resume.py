@@ -261,11 +261,20 @@ def test_an_unfinished_last_log_line_is_ended_before_appending(tmp_path):
 
 # ------------------------------------------------------------------------------ resumed runs
 @pytest.fixture(scope="module")
-def resumed(data, uninterrupted, tmp_path_factory) -> Path:
+def stopped_at_10(data, tmp_path_factory) -> Path:
+    """The output folder of the run stopped at micro-step 10 (--stop_steps=10, --seed):
+    copy it before going on from it."""
+    out = tmp_path_factory.mktemp("stopped_at_10") / "out"
+    assert train_in_process(data, out, seed=SEED, stop_steps=10).step == 10
+    return out
+
+
+@pytest.fixture(scope="module")
+def resumed(data, stopped_at_10, tmp_path_factory) -> Path:
     """The same run stopped at micro-steps 10 and 20 and resumed; the later segments are
     started without --seed (a fresh random seed each), as a user re-running the command."""
     out = tmp_path_factory.mktemp("resumed") / "out"
-    assert train_in_process(data, out, seed=SEED, stop_steps=10).step == 10
+    shutil.copytree(stopped_at_10, out)
     assert train_in_process(data, out, stop_steps=20).step == 20
     result = train_in_process(data, out)
     assert (result.status, result.step, result.samples) == ("aborted", 30, 960)
@@ -354,13 +363,13 @@ def test_damaged_newest_checkpoints_are_skipped_and_the_run_still_ends_identical
 FILE_SIZE_LIMIT = 64 * 1024
 
 
-def test_checkpoint_save_on_a_full_disk_is_one_line_and_the_rerun_resumes(data, uninterrupted,
-                                                                          tmp_path):
+def test_checkpoint_save_on_a_full_disk_is_one_line_and_the_rerun_resumes(
+        data, uninterrupted, stopped_at_10, tmp_path):
     # A full disk without privileges: RLIMIT_FSIZE, with SIGXFSZ ignored, makes the write that
     # crosses the limit fail with EFBIG ("File too large") where a full disk gives ENOSPC; the
     # save fails half-way through the checkpoint's data file, as on a disk that fills.
     out = tmp_path / "out"
-    assert train_in_process(data, out, seed=SEED, stop_steps=10).step == 10
+    shutil.copytree(stopped_at_10, out)
     limited = forked.run(trainer_command({**data, **RUN_FLAGS, "seed": SEED, "output_dir": out}),
                          env=trainer_env(), timeout=600, file_size_limit=FILE_SIZE_LIMIT)
     assert limited.returncode == 1 and "Traceback" not in limited.stderr, limited.stderr[-2000:]
