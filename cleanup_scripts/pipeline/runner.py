@@ -29,28 +29,29 @@ def worker_count(requested: int) -> int:
 
 
 class _SharedPool:
-    """The pool `shared_workers` keeps open (None when there is none), and the (size, start
-    method) it was started with."""
+    """The pool `shared_workers` keeps open (None when there is none), and the start method
+    it was started with."""
 
     pool: multiprocessing.pool.Pool | None = None
-    kind: tuple[int, str] = (0, "")
+    start_method: str = ""
 
 
 @contextlib.contextmanager
 def shared_workers(nworker: int, start_method: str = "fork") -> Iterator[None]:
-    """Within the block, `map_in_workers` calls asking for `nworker` workers (0: all cores) and
-    `start_method` use one pool of that many processes, started here: state the work needs in
-    every worker (a loaded model) is set up once, before (fork) or per worker (spawn)."""
+    """Within the block, `map_in_workers` calls with `start_method` use one pool of `nworker`
+    processes (0: all cores), started here, whatever worker count they ask for (a single item
+    too): state the work needs in every worker (a loaded model, an imported TensorFlow) is set
+    up once, before (fork) or per worker (spawn)."""
     size = worker_count(nworker)
     if size == 1 or _SharedPool.pool is not None:
         yield
         return
     with multiprocessing.get_context(start_method).Pool(size) as pool:
-        _SharedPool.pool, _SharedPool.kind = pool, (size, start_method)
+        _SharedPool.pool, _SharedPool.start_method = pool, start_method
         try:
             yield
         finally:
-            _SharedPool.pool, _SharedPool.kind = None, (0, "")
+            _SharedPool.pool, _SharedPool.start_method = None, ""
 
 
 class StageProgress:
@@ -139,13 +140,12 @@ def map_in_workers(function: Callable[[Item], Result], items: Sequence[Item], nw
     """`function` (picklable: a module-level function) applied to each item in up to `nworker`
     processes (0: all cores); the results in item order.
 
-    Inside `shared_workers(nworker, start_method)` its pool does the work. start_method "spawn"
+    Inside `shared_workers(..., start_method)` its pool does the work. start_method "spawn"
     starts fresh interpreters: for work that imports TensorFlow, whose threads do not survive
     a fork. Progress: the open stage bar advances by one item and its entry of `sizes` (bytes
     read) per item done; without one, a bar of its own, `desc`, counts the items.
     """
-    wanted = worker_count(nworker)
-    nworker = min(wanted, max(1, len(items)))
+    nworker = min(worker_count(nworker), max(1, len(items)))
     stage_bar = active_stage_bar()
     own = None if stage_bar else tqdm(total=len(items), desc=desc, unit="file", leave=False,
                                       disable=inner_bar_disabled(), file=sys.stderr)
@@ -155,10 +155,10 @@ def map_in_workers(function: Callable[[Item], Result], items: Sequence[Item], nw
     with contextlib.ExitStack() as stack:
         if own is not None:
             stack.callback(own.close)
-        if nworker == 1:
-            done = ((function(item), 0) for item in items)
-        elif _SharedPool.pool is not None and _SharedPool.kind == (wanted, start_method):
+        if _SharedPool.pool is not None and _SharedPool.start_method == start_method:
             done = _SharedPool.pool.imap(_WithPeak(function), items)
+        elif nworker == 1:
+            done = ((function(item), 0) for item in items)
         else:
             pool = stack.enter_context(multiprocessing.get_context(start_method).Pool(nworker))
             done = pool.imap(_WithPeak(function), items)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import collections
 import os
-import random
 import shutil
 import signal
 import subprocess
@@ -165,12 +164,11 @@ def test_killed_while_packing_in_two_workers_then_rerun_gives_the_same_bytes(
         [sys.executable, "-m", "cleanup_scripts.preprocess", f"--output_dir={output}",
          "--pack", "--nworker=2"], env=dict(os.environ, PYTHONPATH=str(REPO)),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    started = output / ".state" / "pack.started"
-    deadline = time.time() + 60
-    while not started.is_file():
-        assert time.time() < deadline and process.poll() is None, "pack never started"
-        time.sleep(0.05)
-    time.sleep(random.Random(11).uniform(1.0, 6.0))
+    # Killed mid-write: once a worker's temporary packed file holds rows.
+    deadline = time.time() + 120
+    while not any(path.stat().st_size for path in output.glob("tfrecords_packed/.*partial*")):
+        assert time.time() < deadline and process.poll() is None, "pack never wrote"
+        time.sleep(0.01)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     rerun = preprocess(output, "--pack", "--nworker=2")
