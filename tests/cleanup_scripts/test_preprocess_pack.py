@@ -6,6 +6,7 @@ tfrecords_packed/, records them like every stage's outputs, and changes nothing 
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import shutil
 import signal
@@ -156,6 +157,16 @@ def test_an_earlier_stage_run_again_without_pack_makes_the_next_pack_run_redo_it
     assert manifest(output) == manifest(packed_run[0])
 
 
+def _temporary_holds_rows(folder: Path) -> bool:
+    """Whether a packer's temporary (`.NAME.partial-PID`) in `folder` holds bytes; one renamed
+    into place between the listing and its stat counts as none."""
+    for path in folder.glob(".*partial*"):
+        with contextlib.suppress(FileNotFoundError):
+            if path.stat().st_size:
+                return True
+    return False
+
+
 def test_killed_while_packing_in_two_workers_then_rerun_gives_the_same_bytes(
         first_run, packed_run, tmp_path):  # noqa: F811
     output = tmp_path / "dataset"
@@ -166,7 +177,7 @@ def test_killed_while_packing_in_two_workers_then_rerun_gives_the_same_bytes(
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     # Killed mid-write: once a worker's temporary packed file holds rows.
     deadline = time.time() + 120
-    while not any(path.stat().st_size for path in output.glob("tfrecords_packed/.*partial*")):
+    while not _temporary_holds_rows(output / "tfrecords_packed"):
         assert time.time() < deadline and process.poll() is None, "pack never wrote"
         time.sleep(0.01)
     os.killpg(process.pid, signal.SIGKILL)
