@@ -47,6 +47,28 @@ if _MADE_XLA_CACHE:
         f"--tf_xla_persistent_cache_directory={os.environ[_XLA_CACHE_VARIABLE]}"]))
 
 
+# TensorFlow's intra-op threads, one per process here and in every process it starts, as on a
+# one-core machine: the suite's models are tiny, so an op's second thread mostly waits for work
+# (TensorFlow's pool spins while it waits), and three pytest processes share two cores. That
+# cut `make test`'s CPU time by a sixth (docs/results.md). The thread count changes the last
+# bits of some ops (a tiny run's checkpoint differs from a two-thread one), so tests about the
+# bytes of a run on the machine as it is (tests/reference/test_repeatable_runs.py, the README's
+# demo) take `with_machine_threads(env)`.
+INTRA_OP_THREADS_VARIABLE = "TF_NUM_INTRAOP_THREADS"
+_SHELL_INTRA_OP_THREADS = os.environ.get(INTRA_OP_THREADS_VARIABLE)
+os.environ.setdefault(INTRA_OP_THREADS_VARIABLE, "1")
+
+
+def with_machine_threads(environment: dict) -> dict:
+    """`environment` (changed in place and returned) with TensorFlow's intra-op threads as the
+    shell gave them: unset (one per core) unless the shell set them."""
+    if _SHELL_INTRA_OP_THREADS is None:
+        environment.pop(INTRA_OP_THREADS_VARIABLE, None)
+    else:
+        environment[INTRA_OP_THREADS_VARIABLE] = _SHELL_INTRA_OP_THREADS
+    return environment
+
+
 def pytest_unconfigure(config):
     """Remove the XLA cache folder where this process made it."""
     if _MADE_XLA_CACHE:

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import run_module
+from tests.conftest import run_module, with_machine_threads
 from tests.reference.test_crash_resume import (checkpoint_values, evals, log_sections,
                                                trainer_command, trainer_env)
 
@@ -38,7 +38,7 @@ def test_the_same_command_run_again_gives_the_same_checkpoint_and_evals(tfrecord
     outs = [tmp_path / f"run-{index}" for index in range(3)]
     runs = [subprocess.Popen(trainer_command({**RUN_FLAGS, "data_dir": tfrecords,
                                               "output_dir": out}),
-                             env=trainer_env(), text=True, stdout=subprocess.PIPE,
+                             env=with_machine_threads(trainer_env()), text=True, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE)
             for out in outs]
     for run in runs:
