@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from devtools import bench_train as bench
+from tests import forked
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = {"attention_probs_dropout_prob": 0.1, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
@@ -34,6 +35,24 @@ def tiny_config(tmp_path) -> Path:
     path = tmp_path / "bert_config.json"
     path.write_text(json.dumps(TINY))
     return path
+
+
+@pytest.fixture
+def forked_sides(monkeypatch):
+    """`bench.run_side`'s worker processes forked from the process that imported TensorFlow
+    (tests/forked.py) rather than started as new interpreters: the same command, environment
+    and folder, the bench's own code; the worker's output, stdout then stderr, as the one
+    stream run_side reads. Any other subprocess.run is left as it was."""
+    started = subprocess.run
+
+    def run(command, *args, **kwargs):
+        if command[1:4] != ["-m", "devtools.bench_train", "--worker"]:
+            return started(command, *args, **kwargs)
+        result = forked.run(command, env=kwargs["env"], cwd=kwargs["cwd"])
+        return subprocess.CompletedProcess(command, result.returncode,
+                                           result.stdout + result.stderr)
+
+    monkeypatch.setattr(subprocess, "run", run)
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess:
@@ -346,7 +365,7 @@ def test_peak_worker_times_both_dtypes_and_backends():
 
 
 @pytest.mark.parametrize("side", ["ours", "ours+bf16", "ours+packed"])
-def test_our_side_on_a_tiny_config(tiny_config, side):
+def test_our_side_on_a_tiny_config(tiny_config, forked_sides, side):
     plan = _plan(f"--bert_config_file={tiny_config}", "--ours_only", f"--sides={side}",
                  "--batch_size=4", "--seq_length=32", "--max_predictions=5", "--steps=2",
                  "--eval_examples=10")
@@ -378,7 +397,7 @@ def test_products_function_runs_every_product_and_its_gradients(backward, per_pr
     assert float(run().numpy()) == float(run().numpy())  # fixed operands: the same sum again
 
 
-def test_matmuls_side_on_a_tiny_config(tiny_config):
+def test_matmuls_side_on_a_tiny_config(tiny_config, forked_sides):
     plan = _plan(f"--bert_config_file={tiny_config}", "--ours_only", "--sides=matmuls",
                  "--batch_size=4", "--seq_length=32", "--max_predictions=5", "--steps=2",
                  "--eval_examples=10")
