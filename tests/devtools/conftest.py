@@ -22,8 +22,9 @@ def exported_step(tmp_path_factory):
     packed rows or one padded sequence a row (each exported once)."""
     def export(packed: bool) -> Path:
         kind = "packed" if packed else "padded"
-        return built_once(tmp_path_factory, f"step-{kind}", lambda folder: _export(
-            f"--output_dir={folder / kind}", *EXPORT_ARGS, f"--packed={str(packed).lower()}")) / kind
+        folder = built_once(tmp_path_factory, f"step-{kind}", lambda built: _export(
+            f"--output_dir={built / kind}", *EXPORT_ARGS, f"--packed={str(packed).lower()}"))
+        return folder / kind
 
     return export
 
