@@ -55,8 +55,8 @@ from benchmark.files import (InputError, check_output, create_new, disk_full, en
                              remove_stale_temporaries, replace_output, temporary_name)
 from cleanup_scripts.create_pretraining_data import range_indices
 from cleanup_scripts.packing.plan import PackStats, Rows, most_per_row, pack_lengths
-from cleanup_scripts.pipeline.runner import (map_in_workers, peak_rss_mb, shared_workers,
-                                             total_bytes, worker_count)
+from cleanup_scripts.pipeline.runner import (TENSORFLOW_WORKERS, map_in_workers, peak_rss_mb,
+                                             shared_workers, total_bytes, worker_count)
 from cleanup_scripts.records.pretraining_features import (RecordLayout, encode_examples,
                                                           feature_problem, read_records,
                                                           tf_feature_spec, tf_parse_errors,
@@ -443,17 +443,17 @@ def _pack_into(input_files: list[str], output_files: list[str], temporaries: lis
     """Both passes, the rows of each input written to its temporary; returns the counts and
     the rows' masked-LM width."""
     stats = PackStats(max_seq_length=options.max_seq_length)
-    # One pool of spawned workers for both passes: each imports TensorFlow once.
+    # One pool for both passes, its workers forked from a process that imported TensorFlow.
     nworker = min(worker_count(nworker), len(input_files))
     sizes = [os.path.getsize(path) for path in input_files]
-    with shared_workers(nworker, "spawn"):
+    with shared_workers(nworker, TENSORFLOW_WORKERS):
         scans = map_in_workers(scan_file, [(path, options) for path in input_files], nworker,
-                               desc="pack: scan", start_method="spawn", sizes=sizes)
+                               desc="pack: scan", start_method=TENSORFLOW_WORKERS, sizes=sizes)
         width = max(max_predictions or max(scan.max_row_predictions for scan in scans), 1)
         jobs = [(path, output, temporary, options, width) for path, output, temporary
                 in zip(input_files, output_files, temporaries)]
         for done in map_in_workers(pack_file, jobs, nworker, desc="pack: write",
-                                   start_method="spawn", sizes=sizes):
+                                   start_method=TENSORFLOW_WORKERS, sizes=sizes):
             stats.add(done)
     return stats, width
 

@@ -43,8 +43,9 @@ from cleanup_scripts.pipeline import import_results
 from cleanup_scripts.pipeline.layout import DatasetLayout
 from cleanup_scripts.pipeline.ledger import (Entry, read_marker, read_state, write_manifest,
                                              write_marker, write_state)
-from cleanup_scripts.pipeline.runner import (StageProgress, StageSummary, report, run_jobs, say,
-                                             shared_workers, total_bytes, worker_count)
+from cleanup_scripts.pipeline.runner import (TENSORFLOW_WORKERS, StageProgress, StageSummary,
+                                             report, run_jobs, say, shared_workers, total_bytes,
+                                             worker_count)
 from cleanup_scripts.text import extract
 
 SAMPLE_NUM_TEST_ARTICLES = 20
@@ -235,10 +236,11 @@ def run_pack(layout: DatasetLayout, options: Options) -> StageSummary:
                            options.max_sequences_per_pack, options.random_seed)
     packing = PackStats(max_seq_length=options.max_seq_length)
     nbytes = total_bytes(str(source) for source, _ in pairs)
-    # One pool of spawned workers for both packer calls (as many as there are training parts,
-    # at most): eval_10k is packed by a worker that has imported TensorFlow already.
+    # One pool for both packer calls (as many workers as there are training parts, at most):
+    # eval_10k is packed by a worker that has started TensorFlow already.
     workers = min(worker_count(options.nworker), max(1, len(pairs) - 1))
-    with StageProgress("pack", 2 * len(pairs), 2 * nbytes), shared_workers(workers, "spawn"):
+    with StageProgress("pack", 2 * len(pairs), 2 * nbytes), \
+            shared_workers(workers, TENSORFLOW_WORKERS):
         for group in (pairs[:-1], pairs[-1:]):
             result = pack_files([str(source) for source, _ in group],
                                 [str(target) for _, target in group], settings, options.nworker)

@@ -23,6 +23,23 @@ Item = TypeVar("Item")
 Result = TypeVar("Result")
 
 
+# The start method of pools whose work imports TensorFlow: processes forked from a server
+# process that imported TensorFlow once (multiprocessing's "forkserver", TensorFlow preloaded),
+# so no worker pays TensorFlow's import (4-5 CPU-s) again. TensorFlow's runtime, whose threads
+# do not survive a fork, starts in each worker; the server never runs an op.
+TENSORFLOW_WORKERS = "forkserver"
+_TENSORFLOW_PRELOAD = ["tensorflow"]
+
+
+def _context(start_method: str) -> multiprocessing.context.BaseContext:
+    """multiprocessing's context for `start_method`; TENSORFLOW_WORKERS' server imports
+    TensorFlow before it forks (when this process has not started its server already)."""
+    context = multiprocessing.get_context(start_method)
+    if start_method == TENSORFLOW_WORKERS:
+        context.set_forkserver_preload(_TENSORFLOW_PRELOAD)
+    return context
+
+
 def worker_count(requested: int) -> int:
     """Workers to use: `requested` if positive, else every core of this machine."""
     return requested if requested > 0 else (os.cpu_count() or 1)
@@ -41,12 +58,12 @@ def shared_workers(nworker: int, start_method: str = "fork") -> Iterator[None]:
     """Within the block, `map_in_workers` calls with `start_method` use one pool of `nworker`
     processes (0: all cores), started here, whatever worker count they ask for (a single item
     too): state the work needs in every worker (a loaded model, an imported TensorFlow) is set
-    up once, before (fork) or per worker (spawn)."""
+    up once, before the pool forks (fork) or in the server it forks from (TENSORFLOW_WORKERS)."""
     size = worker_count(nworker)
     if size == 1 or _SharedPool.pool is not None:
         yield
         return
-    with multiprocessing.get_context(start_method).Pool(size) as pool:
+    with _context(start_method).Pool(size) as pool:
         _SharedPool.pool, _SharedPool.start_method = pool, start_method
         try:
             yield
@@ -140,10 +157,10 @@ def map_in_workers(function: Callable[[Item], Result], items: Sequence[Item], nw
     """`function` (picklable: a module-level function) applied to each item in up to `nworker`
     processes (0: all cores); the results in item order.
 
-    Inside `shared_workers(..., start_method)` its pool does the work. start_method "spawn"
-    starts fresh interpreters: for work that imports TensorFlow, whose threads do not survive
-    a fork. Progress: the open stage bar advances by one item and its entry of `sizes` (bytes
-    read) per item done; without one, a bar of its own, `desc`, counts the items.
+    Inside `shared_workers(..., start_method)` its pool does the work. Work that imports
+    TensorFlow, whose threads do not survive a fork, takes TENSORFLOW_WORKERS. Progress: the
+    open stage bar advances by one item and its entry of `sizes` (bytes read) per item done;
+    without one, a bar of its own, `desc`, counts the items.
     """
     nworker = min(worker_count(nworker), max(1, len(items)))
     stage_bar = active_stage_bar()
@@ -160,7 +177,7 @@ def map_in_workers(function: Callable[[Item], Result], items: Sequence[Item], nw
         elif nworker == 1:
             done = ((function(item), 0) for item in items)
         else:
-            pool = stack.enter_context(multiprocessing.get_context(start_method).Pool(nworker))
+            pool = stack.enter_context(_context(start_method).Pool(nworker))
             done = pool.imap(_WithPeak(function), items)
         results = []
         for (result, peak_kib), size in zip(done, sizes):

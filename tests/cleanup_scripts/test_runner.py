@@ -1,10 +1,17 @@
 """Worker pools of the pipeline stages: one pool per call, or one shared by a whole run."""
 from __future__ import annotations
 
+import ast
 import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 from cleanup_scripts.pipeline.runner import map_in_workers, shared_workers
+
+# Not tests.conftest's (which imports TensorFlow): the workers below import this module.
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _worker_pid(item: int) -> tuple[int, int]:
@@ -42,3 +49,26 @@ def test_peak_rss_counts_workers_of_a_shared_pool_that_are_still_running():
     with shared_workers(2):
         map_in_workers(_hold_memory, [int(before) + 200, 1], 2, desc="memory")
         assert peak_rss_mb() >= before + 200
+
+
+def _tensorflow_was_imported(item: int) -> tuple[int, bool]:
+    return os.getpid(), "tensorflow" in sys.modules
+
+
+# A fresh interpreter (the test process's own forkserver is the suite's, TensorFlow preloaded):
+# two workers of a TensorFlow pool report whether TensorFlow was imported before their work.
+_TENSORFLOW_POOL = ("from cleanup_scripts.pipeline.runner import TENSORFLOW_WORKERS, "
+                    "map_in_workers\n"
+                    "from tests.cleanup_scripts.test_runner import _tensorflow_was_imported\n"
+                    "print(sorted(set(map_in_workers(_tensorflow_was_imported, list(range(8)), "
+                    "2, 'tf', TENSORFLOW_WORKERS))))\n")
+
+
+def test_workers_of_a_tensorflow_pool_start_with_tensorflow_imported():
+    """They are forked from a process that imported it once: none pays the import again."""
+    result = subprocess.run([sys.executable, "-c", _TENSORFLOW_POOL], cwd=REPO, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    workers = ast.literal_eval(result.stdout)
+    assert len(workers) == 2 and all(loaded for _, loaded in workers), workers
