@@ -114,11 +114,17 @@ def pytest_runtest_setup(item):
 
 
 def run_module(module: str, *args: str, cwd: str | os.PathLike | None = None,
-               check: bool = True) -> subprocess.CompletedProcess:
+               check: bool = True, tf_log_level: str | None = None
+               ) -> subprocess.CompletedProcess:
     """Run `python -m module args...` as a process of its own (forked with its imports made,
-    tests/forked.py says when); return it (stdout/stderr captured)."""
+    tests/forked.py says when); return it (stdout/stderr captured). `tf_log_level`: its
+    TF_CPP_MIN_LOG_LEVEL, else the shell's; a test indifferent to TensorFlow's own lines gives
+    the forked server's (forked.SERVER_LOG_LEVEL), so that a command which loads TensorFlow is
+    forked, not started as a new interpreter."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
     _shell_log_level(env)  # whatever an import in the test set since its set-up
+    if tf_log_level is not None:
+        env["TF_CPP_MIN_LOG_LEVEL"] = tf_log_level
     result = forked.run([sys.executable, "-m", module, *args], env=env, cwd=cwd)
     if check and result.returncode != 0:
         raise AssertionError(f"{module} failed ({result.returncode}):\n{result.stderr}")

@@ -51,7 +51,8 @@ PRELOAD = ["benchmark", "tensorflow", "reference.run_loop", "reference.preflight
 # pools, take longer forked from the server's large address space than started anew).
 ANY_LOG_LEVEL = ("benchmark.", "cleanup_scripts.artifacts.")
 ONEDNN, LOG_LEVEL = "TF_ENABLE_ONEDNN_OPTS", "TF_CPP_MIN_LOG_LEVEL"
-_SERVER_ENVIRONMENT = {ONEDNN: "0", LOG_LEVEL: "2"}
+SERVER_LOG_LEVEL = "2"  # TensorFlow's native log level in the server (and so in its children)
+_SERVER_ENVIRONMENT = {ONEDNN: "0", LOG_LEVEL: SERVER_LOG_LEVEL}
 
 # mlperf_logging names the caller of each log line with inspect.getframeinfo, whose first call
 # in a process maps every loaded module to its file (0.3 s of a tiny run with TensorFlow

@@ -21,6 +21,7 @@ from cleanup_scripts.records.pretraining_features import (decode_example, encode
                                                           feature_spec, packed_row_problem,
                                                           read_records, record_layout,
                                                           write_records)
+from tests import forked
 from tests.conftest import md5_of, run_module
 from tests.reference.synthetic_data import put_random_record
 
@@ -388,7 +389,8 @@ def test_temporaries_of_a_killed_packer_are_swept_by_the_next_run(tmp_path):
         path.write_bytes(b"half a file")
     result = run_module("cleanup_scripts.pack_pretraining_data", f"--input_file={source}",
                         f"--output_file={out / 'a'}", f"--max_seq_length={SEQ}",
-                        f"--max_predictions_per_seq={PRED}", "--nworker=1", check=False)
+                        f"--max_predictions_per_seq={PRED}", "--nworker=1", check=False,
+                        tf_log_level=forked.SERVER_LOG_LEVEL)
     assert result.returncode == 0, result.stderr
     assert not stale.exists() and all(path.exists() for path in kept)
     assert sorted(path.name for path in out.iterdir()) == sorted(["a", *(p.name for p in kept)])

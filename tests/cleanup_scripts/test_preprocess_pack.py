@@ -19,6 +19,7 @@ import pytest
 
 from cleanup_scripts.records.pretraining_features import (decode_example, read_records, record_layout,
                                                           tf_feature_spec)
+from tests import forked
 from tests.cleanup_scripts.test_preprocess import (first_run, first_run_console,  # noqa: F401
                                                    manifest, preprocess, stage_file_counts,
                                                    summarised_stages)
@@ -120,11 +121,10 @@ def test_rerun_skips_pack_and_the_packer_cli_gives_the_same_bytes(packed_run, tm
     assert summarised_stages(preprocess(output, "--pack", "--nworker=1").stderr) == set()
     flags = ("--max_seq_length=512", "--max_predictions_per_seq=76", "--random_seed=12345",
              "--nworker=1")
-    run_module("cleanup_scripts.pack_pretraining_data",
-               f"--input_file={output}/tfrecords/part-*", f"--output_file={tmp_path}", *flags)
-    run_module("cleanup_scripts.pack_pretraining_data",
-               f"--input_file={output}/tfrecords/eval_10k",
-               f"--output_file={tmp_path}/eval_10k", *flags)
+    for inputs, packed in (("part-*", tmp_path), ("eval_10k", tmp_path / "eval_10k")):
+        run_module("cleanup_scripts.pack_pretraining_data",
+                   f"--input_file={output}/tfrecords/{inputs}", f"--output_file={packed}",
+                   *flags, tf_log_level=forked.SERVER_LOG_LEVEL)
     assert {f"tfrecords_packed/{path.name}": md5_of(path) for path in tmp_path.iterdir()} == \
         packed_digests(output)
 

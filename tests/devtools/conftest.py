@@ -1,14 +1,12 @@
 """Exports of a tiny update (`devtools.export_step`), made once per test run and shared."""
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests import forked
-from tests.conftest import REPO, built_once
+from tests.conftest import REPO, built_once, run_module
 
 TINY_CONFIG = REPO / "tests" / "fixtures" / "reference_model" / "bert_config.json"
 # The fixture's 2-layer BERT (hidden 64, dropout 0.1): 6 sequences of 64 tokens a step.
@@ -30,12 +28,6 @@ def exported_step(tmp_path_factory):
 
 
 def _export(*args: str) -> None:
-    """Run `python -m devtools.export_step args...` forked from the process that imported
-    TensorFlow (tests/forked.py; TensorFlow's log level the server's); AssertionError with its
-    stderr if it fails."""
-    command = [sys.executable, "-m", "devtools.export_step", *args]
-    result = forked.run(command, env=dict(os.environ, PYTHONPATH=str(REPO),
-                                          TF_CPP_MIN_LOG_LEVEL="2"))
-    if result.returncode != 0:
-        raise AssertionError(f"devtools.export_step failed ({result.returncode}):\n"
-                             f"{result.stderr}")
+    """Run `python -m devtools.export_step args...`, forked (TensorFlow's log level the
+    server's)."""
+    run_module("devtools.export_step", *args, tf_log_level=forked.SERVER_LOG_LEVEL)
