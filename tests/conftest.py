@@ -50,10 +50,10 @@ if _MADE_XLA_CACHE:
 # TensorFlow's intra-op threads, one per process here and in every process it starts, as on a
 # one-core machine: the suite's models are tiny, so splitting an op costs more than it saves,
 # and three pytest processes share two cores: `make test` took 1,104 CPU-s instead of 1,295
-# (docs/results.md). The thread count changes the last
-# bits of some ops (a tiny run's checkpoint differs from a two-thread one), so tests about the
-# bytes of a run on the machine as it is (tests/reference/test_repeatable_runs.py, the README's
-# demo) take `with_machine_threads(env)`.
+# (docs/results.md). The thread count changes the last bits of some ops (a tiny run's
+# checkpoint differs from a two-thread one), so tests about the bytes of a run on the machine
+# as it is (tests/reference/test_repeatable_runs.py, the README's demo) take
+# `with_machine_threads(env)`.
 INTRA_OP_THREADS_VARIABLE = "TF_NUM_INTRAOP_THREADS"
 _SHELL_INTRA_OP_THREADS = os.environ.get(INTRA_OP_THREADS_VARIABLE)
 os.environ.setdefault(INTRA_OP_THREADS_VARIABLE, "1")

@@ -52,6 +52,7 @@ def test_peak_rss_counts_workers_of_a_shared_pool_that_are_still_running():
 
 
 def _tensorflow_was_imported(item: int) -> tuple[int, bool]:
+    time.sleep(0.2)  # long enough that both workers take items
     return os.getpid(), "tensorflow" in sys.modules
 
 

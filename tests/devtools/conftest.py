@@ -20,14 +20,9 @@ def exported_step(tmp_path_factory):
     packed rows or one padded sequence a row (each exported once)."""
     def export(packed: bool) -> Path:
         kind = "packed" if packed else "padded"
-        folder = built_once(tmp_path_factory, f"step-{kind}", lambda built: _export(
-            f"--output_dir={built / kind}", *EXPORT_ARGS, f"--packed={str(packed).lower()}"))
+        folder = built_once(tmp_path_factory, f"step-{kind}", lambda built: run_module(
+            "devtools.export_step", f"--output_dir={built / kind}", *EXPORT_ARGS,
+            f"--packed={str(packed).lower()}", tf_log_level=forked.SERVER_LOG_LEVEL))
         return folder / kind
 
     return export
-
-
-def _export(*args: str) -> None:
-    """Run `python -m devtools.export_step args...`, forked (TensorFlow's log level the
-    server's)."""
-    run_module("devtools.export_step", *args, tf_log_level=forked.SERVER_LOG_LEVEL)

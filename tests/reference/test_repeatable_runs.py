@@ -38,8 +38,8 @@ def test_the_same_command_run_again_gives_the_same_checkpoint_and_evals(tfrecord
     outs = [tmp_path / f"run-{index}" for index in range(3)]
     runs = [subprocess.Popen(trainer_command({**RUN_FLAGS, "data_dir": tfrecords,
                                               "output_dir": out}),
-                             env=with_machine_threads(trainer_env()), text=True, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE)
+                             env=with_machine_threads(trainer_env()), text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             for out in outs]
     for run in runs:
         _, stderr = run.communicate(timeout=900)
