@@ -37,6 +37,7 @@ names.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable, Mapping
 
@@ -118,9 +119,15 @@ def get_activation(name: str) -> Callable[[tf.Tensor], tf.Tensor] | None:
     return table[key]
 
 
-def _initializer(config: BertConfig) -> tf_keras.initializers.Initializer:
-    # A fresh instance per weight: tf_keras repeats the values of a reused unseeded initializer.
-    return tf_keras.initializers.TruncatedNormal(stddev=config.initializer_range)
+def _initializers(config: BertConfig, draw_weights: bool
+                  ) -> Callable[[], tf_keras.initializers.Initializer]:
+    """A maker of the initializer of each kernel or embedding table: the MLCommons reference's
+    truncated normal, or zeros when `draw_weights` is False (see BertPretrainingModel). A fresh
+    instance per weight: tf_keras repeats the values of a reused unseeded initializer."""
+    if not draw_weights:
+        return tf_keras.initializers.Zeros
+    return functools.partial(tf_keras.initializers.TruncatedNormal,
+                             stddev=config.initializer_range)
 
 
 def _layer_norm(name: str) -> tf_keras.layers.LayerNormalization:
@@ -175,23 +182,25 @@ class RowPositionEmbedding(nlp_layers.PositionEmbedding):
 
 
 class BertEmbeddings(tf_keras.layers.Layer):
-    """Word + token-type + position embeddings, LayerNorm and dropout.
+    """Word + token-type + position embeddings, LayerNorm and dropout (`draw_weights`: see
+    BertPretrainingModel).
 
     Call: (input_ids [B, S] int32, segment_ids [B, S] int32, training, position_ids [B, S] int32
     or None: positions 0..S-1) -> [B, S, hidden] float32.
     """
 
-    def __init__(self, config: BertConfig, **kwargs):
+    def __init__(self, config: BertConfig, draw_weights: bool = True, **kwargs):
         super().__init__(**kwargs)
+        initializer = _initializers(config, draw_weights)
         self._max_positions = config.max_position_embeddings
         self.word_embeddings = DenseReadEmbedding(
-            config.vocab_size, config.hidden_size, initializer=_initializer(config),
+            config.vocab_size, config.hidden_size, initializer=initializer(),
             name="word_embeddings")
         self.token_type_embeddings = nlp_layers.OnDeviceEmbedding(
-            config.type_vocab_size, config.hidden_size, initializer=_initializer(config),
+            config.type_vocab_size, config.hidden_size, initializer=initializer(),
             use_one_hot=True, name="token_type_embeddings")
         self.position_embeddings = RowPositionEmbedding(
-            max_length=config.max_position_embeddings, initializer=_initializer(config),
+            max_length=config.max_position_embeddings, initializer=initializer(),
             name="position_embeddings")
         self.layer_norm = _layer_norm("LayerNorm")
         self.dropout = tf_keras.layers.Dropout(config.hidden_dropout_prob, name="dropout")
@@ -279,30 +288,32 @@ class SequenceDense(tf_keras.layers.Layer):
 
 
 class TransformerLayer(tf_keras.layers.Layer):
-    """One post-LayerNorm transformer block, as the MLCommons reference's `layer_N` scope.
+    """One post-LayerNorm transformer block, as the MLCommons reference's `layer_N` scope
+    (`draw_weights`: see BertPretrainingModel).
 
     Call: (x [B, S, hidden], score_adder [B, 1, 1, S] float32, training) -> [B, S, hidden].
     `score_adder` is 0 for real key positions and -10000 for padding (see `attention_adder`).
     """
 
-    def __init__(self, config: BertConfig, **kwargs):
+    def __init__(self, config: BertConfig, draw_weights: bool = True, **kwargs):
         super().__init__(**kwargs)
+        initializer = _initializers(config, draw_weights)
         heads, size = config.num_attention_heads, config.attention_head_size
         self._head_size = size
-        self.query = HeadsProjection(heads, size, _initializer(config), name="attention/self/query")
-        self.key = HeadsProjection(heads, size, _initializer(config), name="attention/self/key")
-        self.value = HeadsProjection(heads, size, _initializer(config), name="attention/self/value")
+        self.query = HeadsProjection(heads, size, initializer(), name="attention/self/query")
+        self.key = HeadsProjection(heads, size, initializer(), name="attention/self/key")
+        self.value = HeadsProjection(heads, size, initializer(), name="attention/self/value")
         self.attention_probs_dropout = tf_keras.layers.Dropout(
             config.attention_probs_dropout_prob, name="attention/self/dropout")
-        self.attention_output = HeadsMerge(config.hidden_size, _initializer(config),
+        self.attention_output = HeadsMerge(config.hidden_size, initializer(),
                                            name="attention/output/dense")
         self.attention_dropout = tf_keras.layers.Dropout(config.hidden_dropout_prob,
                                                          name="attention/output/dropout")
         self.attention_layer_norm = _layer_norm("attention/output/LayerNorm")
-        self.intermediate = SequenceDense(config.intermediate_size, _initializer(config),
+        self.intermediate = SequenceDense(config.intermediate_size, initializer(),
                                           activation=get_activation(config.hidden_act),
                                           name="intermediate/dense")
-        self.output_dense = SequenceDense(config.hidden_size, _initializer(config),
+        self.output_dense = SequenceDense(config.hidden_size, initializer(),
                                           name="output/dense")
         self.output_dropout = tf_keras.layers.Dropout(config.hidden_dropout_prob,
                                                       name="output/dropout")
@@ -365,7 +376,8 @@ def _recomputed(layer: TransformerLayer, inputs: tf.Tensor, score_adder: tf.Tens
 
 
 class BertEncoder(tf_keras.layers.Layer):
-    """Embeddings, the transformer stack and the pooler (the MLCommons reference's `bert` scope).
+    """Embeddings, the transformer stack and the pooler (the MLCommons reference's `bert` scope;
+    `draw_weights`: see BertPretrainingModel).
 
     Call: (input_ids, input_mask, segment_ids: [B, S] int32; training; packed rows instead of
       input_mask (None) sequence_ids, position_ids [B, S] and cls_positions [B, K] int32)
@@ -373,14 +385,17 @@ class BertEncoder(tf_keras.layers.Layer):
       output of each [CLS], [B, K, hidden]).
     """
 
-    def __init__(self, config: BertConfig, recompute_layers: bool = False, **kwargs):
+    def __init__(self, config: BertConfig, recompute_layers: bool = False,
+                 draw_weights: bool = True, **kwargs):
         super().__init__(**kwargs)
+        initializer = _initializers(config, draw_weights)
         self._recompute_layers = recompute_layers
-        self.embeddings = BertEmbeddings(config, name="embeddings")
-        self.transformer_layers = [TransformerLayer(config, name=f"encoder/layer_{i}")
+        self.embeddings = BertEmbeddings(config, draw_weights, name="embeddings")
+        self.transformer_layers = [TransformerLayer(config, draw_weights,
+                                                    name=f"encoder/layer_{i}")
                                    for i in range(config.num_hidden_layers)]
         self.pooler = tf_keras.layers.Dense(config.hidden_size, activation="tanh",
-                                            kernel_initializer=_initializer(config),
+                                            kernel_initializer=initializer(),
                                             name="pooler/dense")
 
     def call(self, input_ids, input_mask, segment_ids, training=None, sequence_ids=None,
@@ -461,19 +476,26 @@ class BertPretrainingModel(tf_keras.Model):
     recompute_layers: with training=True, keep only each transformer layer's input for the
     backward pass and recompute the layer there (gradient checkpointing: about a third more
     encoder compute, the encoder's activations not held; the CPU demo's memory).
+
+    draw_weights: draw each kernel and embedding table from the MLCommons reference's truncated
+    normal; False leaves them zero, for a caller that sets every weight next (the Trainer:
+    `initialize_weights` or a checkpoint), which so skips drawing what it overwrites (BERT-large:
+    336 M values, 13 of its 15 s of construction on one CPU thread).
     """
 
     def __init__(self, config: BertConfig, name: str = "bert_pretraining",
-                 recompute_layers: bool = False, **kwargs):
+                 recompute_layers: bool = False, draw_weights: bool = True, **kwargs):
         super().__init__(name=name, **kwargs)
+        initializer = _initializers(config, draw_weights)
         self.config = config
         self.recompute_layers = recompute_layers
-        self.bert = BertEncoder(config, recompute_layers=recompute_layers, name="bert")
+        self.bert = BertEncoder(config, recompute_layers=recompute_layers,
+                                draw_weights=draw_weights, name="bert")
         self.masked_lm = TiedMaskedLM(self.bert.embeddings.word_embeddings,
                                       activation=get_activation(config.hidden_act),
-                                      initializer=_initializer(config), output="logits",
+                                      initializer=initializer(), output="logits",
                                       name="cls/predictions")
-        self.next_sentence = tf_keras.layers.Dense(2, kernel_initializer=_initializer(config),
+        self.next_sentence = tf_keras.layers.Dense(2, kernel_initializer=initializer(),
                                                    name="cls/seq_relationship")
         # Create every variable now (a one-token batch is enough), so that checkpoints can be
         # loaded and optimizers built before the first real step.

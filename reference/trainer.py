@@ -266,7 +266,9 @@ class Trainer:
         self.use_xla = bool(use_xla) and not on_tpu
         self.masked_lm_block_rows = masked_lm_block_rows
         with strategy.scope():
-            self.model = BertPretrainingModel(config, recompute_layers=recompute_layers)
+            # Every weight is set next (initialize_weights or a checkpoint): none is drawn here.
+            self.model = BertPretrainingModel(config, recompute_layers=recompute_layers,
+                                              draw_weights=False)
             self.optimizer = make_optimizer(optimizer)
             self.optimizer.build(self.model.trainable_variables)
 

@@ -55,14 +55,27 @@ def needed_shapes(model, table) -> dict[str, list[int]]:
     return needed
 
 
-@pytest.fixture(scope="module")
-def bert_large():
+def built_bert_large(draw_weights: bool) -> BertPretrainingModel:
+    """BERT-large at the benchmark's bert_config.json, every weight built."""
     config = load_bert_config(cleanup_scripts.BERT_CONFIG_FILE)
     assert (config.num_hidden_layers, config.hidden_size, config.num_attention_heads) == \
         (24, 1024, 16)
-    model = BertPretrainingModel(config, name="bert_large")
+    model = BertPretrainingModel(config, name="bert_large", draw_weights=draw_weights)
     model(dummy_features(1, 8, 2), training=False)  # builds every weight
     return model
+
+
+@pytest.fixture(scope="module")
+def bert_large() -> BertPretrainingModel:
+    """BERT-large with its weights drawn as the model draws them, for tests that compute."""
+    return built_bert_large(draw_weights=True)
+
+
+@pytest.fixture(scope="module")
+def bert_large_zeros() -> BertPretrainingModel:
+    """BERT-large with its weights zero as the Trainer builds it (drawing 336 M values takes
+    about 11 s on one thread), for tests of names, shapes and what a checkpoint restores."""
+    return built_bert_large(draw_weights=False)
 
 
 def test_fixture_is_the_tf1_graph_of_bert_large_with_lamb():
@@ -76,17 +89,17 @@ def test_fixture_is_the_tf1_graph_of_bert_large_with_lamb():
 
 
 @pytest.mark.parametrize("layout", ["tf1", "tf2"])
-def test_loader_needs_exactly_the_checkpoints_weights_at_their_shapes(bert_large, layout):
+def test_loader_needs_exactly_the_checkpoints_weights_at_their_shapes(bert_large_zeros, layout):
     """TF1: the MLCommons graph's variables; TF2: the entries of the TF2 port's checkpoint.
     Every other entry (LAMB moments, beta powers, global_step; the object graph and save
     counter) is skipped by name, so a checkpoint in either layout warns about nothing."""
     variables, table = ((tf1_variables(), checkpoint.TF1_TABLE) if layout == "tf1"
                         else (tf2_variables(), checkpoint.TF2_TABLE))
-    needed = needed_shapes(bert_large, table)
-    assert len(needed) == len(bert_large.trainable_variables) == 398
+    needed = needed_shapes(bert_large_zeros, table)
+    assert len(needed) == len(bert_large_zeros.trainable_variables) == 398
     assert needed == {n: s for n, s in variables.items() if not checkpoint._is_skipped(n)}
     assert all(checkpoint._is_skipped(n) for n in set(variables) - set(needed))
-    params = sum(v.shape.num_elements() for v in bert_large.trainable_variables)
+    params = sum(v.shape.num_elements() for v in bert_large_zeros.trainable_variables)
     assert params == sum(math.prod(variables[n]) for n in needed) == 336_226_108
 
 
@@ -115,8 +128,8 @@ def test_fixture_is_the_tf2_ports_pretrainer_at_bert_large():
         sum(math.prod(s) for s in tf1_weights.values()) == 336_226_108
 
 
-def test_a_tf2_checkpoint_in_the_ports_layout_initialises_bert_large(bert_large, tmp_path,
-                                                                      caplog):
+def test_a_tf2_checkpoint_in_the_ports_layout_initialises_bert_large(bert_large_zeros,
+                                                                      tmp_path, caplog):
     """A real object-based checkpoint with exactly the fixture's entries (each weight filled
     with its own constant) is taken for TF2 and restores every weight of BERT-large (writes
     1.3 GB under tmp_path, deleted afterwards; 10 to 15 s on 2 cores, and this file's run
@@ -138,7 +151,7 @@ def test_a_tf2_checkpoint_in_the_ports_layout_initialises_bert_large(bert_large,
             if not hasattr(parent, part):
                 setattr(parent, part, tf.Module())
             parent = getattr(parent, part)
-        value_of[name] = float(len(value_of))
+        value_of[name] = float(len(value_of) + 1)  # none 0, the model's own value
         setattr(parent, leaf, tf.Variable(tf.fill(shape, value_of[name])))
     try:
         prefix = tf.train.Checkpoint(model=root.model).save(str(tmp_path / "model.ckpt"))
@@ -146,21 +159,21 @@ def test_a_tf2_checkpoint_in_the_ports_layout_initialises_bert_large(bert_large,
         written = {n: list(s) for n, s in tf.train.list_variables(prefix)}
         assert written == variables  # the layout, entry for entry
         assert checkpoint.checkpoint_format(prefix) == checkpoint.TF2_FORMAT
-        original = [v.numpy() for v in bert_large.trainable_variables]
+        original = [v.numpy() for v in bert_large_zeros.trainable_variables]
         try:
             with caplog.at_level(logging.WARNING):
-                restored = checkpoint.load_initial_checkpoint(bert_large, prefix)
+                restored = checkpoint.load_initial_checkpoint(bert_large_zeros, prefix)
             assert sorted(restored) == sorted(value_of)
             assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
             # Every weight now holds the constant of a different checkpoint entry.
             got = []
-            for var in bert_large.trainable_variables:
+            for var in bert_large_zeros.trainable_variables:
                 value = var.numpy()
                 assert value.min() == value.max(), var.name
                 got.append(float(value.flat[0]))
             assert sorted(got) == sorted(value_of.values())
         finally:
-            for var, value in zip(bert_large.trainable_variables, original):
+            for var, value in zip(bert_large_zeros.trainable_variables, original):
                 var.assign(value)
     finally:
         for path in tmp_path.glob("model.ckpt*"):

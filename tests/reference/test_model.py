@@ -97,6 +97,25 @@ def test_padded_positions_do_not_change_real_outputs(tf1_model, eval_batch):
                                rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("draw_weights", [True, False])
+def test_kernels_and_tables_are_drawn_unless_the_caller_sets_them(tiny_config, draw_weights):
+    """By default every kernel and embedding table is drawn (truncated normal, stddev
+    initializer_range); with draw_weights=False (the Trainer, which sets every weight next)
+    they are zero. Biases and LayerNorm betas are zero and gammas one either way."""
+    model = BertPretrainingModel(tiny_config, name=f"drawn_{draw_weights}",
+                                 draw_weights=draw_weights)
+    for name, var in checkpoint.model_variables_by_name(model).items():
+        value = var.numpy()
+        if name.endswith("gamma"):
+            assert np.all(value == 1), name
+        elif name.endswith(("beta", "bias")):
+            assert np.all(value == 0), name
+        elif draw_weights:
+            assert 0 < np.abs(value).max() <= 2 * tiny_config.initializer_range, name
+        else:
+            assert np.all(value == 0), name
+
+
 def test_dropout_only_when_training(tiny_config, eval_batch):
     model = BertPretrainingModel(tiny_config, name="dropout_check")
     first = model(eval_batch, training=False)["masked_lm_logits"].numpy()
