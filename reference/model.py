@@ -480,7 +480,7 @@ class BertPretrainingModel(tf_keras.Model):
     draw_weights: draw each kernel and embedding table from the MLCommons reference's truncated
     normal; False leaves them zero, for a caller that sets every weight next (the Trainer:
     `initialize_weights` or a checkpoint), which so skips drawing what it overwrites (BERT-large:
-    336 M values, 13 of its 15 s of construction on one CPU thread).
+    336 M values, about 11 of its 14 s of construction on one CPU thread).
     """
 
     def __init__(self, config: BertConfig, name: str = "bert_pretraining",
